@@ -1,0 +1,17 @@
+"""Shared base classes for the wire models."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+
+class InputModel(BaseModel):
+    """A model read from producers: strict about types, tolerant of extra keys."""
+
+    model_config = ConfigDict(strict=True, extra="ignore", populate_by_name=True)
+
+
+class OutputModel(BaseModel):
+    """A model scorestream writes: strict about types, no undeclared keys."""
+
+    model_config = ConfigDict(strict=True, extra="forbid", populate_by_name=True)

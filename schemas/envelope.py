@@ -1,0 +1,184 @@
+"""Input records on `llm.responses.v1`: the envelope and one payload model per suite."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated, Literal
+
+from pydantic import Field, field_validator
+
+from schemas._base import InputModel
+
+SuiteName = Literal["alignment", "extraction", "safe"]
+SUITES: tuple[SuiteName, ...] = ("alignment", "extraction", "safe")
+
+# ---------------------------------------------------------------- safe
+
+
+class SignalExpectations(InputModel):
+    must_find_signals: list[str] = Field(default_factory=list)
+
+
+class FollowupExpectations(InputModel):
+    forbidden_terms: list[str] = Field(default_factory=list)
+
+
+class SummaryExpectations(InputModel):
+    must_contain_phrases: list[str] = Field(default_factory=list)
+
+
+class SafeExpectations(InputModel):
+    signal_generation: SignalExpectations = Field(default_factory=SignalExpectations)
+    followup_questions: FollowupExpectations = Field(default_factory=FollowupExpectations)
+    event_summary: SummaryExpectations = Field(default_factory=SummaryExpectations)
+
+
+class SafeOutput(InputModel):
+    summary: str = ""
+    signals: list[str] = Field(default_factory=list)
+    followup_questions: list[str] = Field(default_factory=list)
+
+
+class SafePayload(InputModel):
+    """A SAFE v0 test case together with the engine output being scored."""
+
+    test_id: str = ""
+    concern_id: str = ""
+    archetype: str = ""
+    batch_id: str = ""
+    expectations: SafeExpectations = Field(default_factory=SafeExpectations)
+    output: SafeOutput = Field(default_factory=SafeOutput)
+
+
+# ---------------------------------------------------------------- extraction
+
+ArgumentValue = str | int | float | bool | None
+
+
+class GoldArgument(InputModel):
+    role: str
+    argument: ArgumentValue = None
+
+
+class GoldEvent(InputModel):
+    event_type: str
+    trigger: str | None = None
+    arguments: list[GoldArgument] = Field(default_factory=list)
+
+
+class ExtractionPayload(InputModel):
+    """A source document, its gold events and the raw model response."""
+
+    text: str = ""
+    gold: list[GoldEvent] = Field(default_factory=list)
+    response: str = ""
+    schema_name: str | None = Field(default=None, alias="schema")
+
+
+# ---------------------------------------------------------------- alignment
+
+
+class AlignmentTurnPayload(InputModel):
+    """One assistant turn of a session; `final: true` closes the session."""
+
+    session_id: str
+    turn_index: int = Field(ge=0)
+    persona_id: str
+    text: str
+    user: str | None = None
+    final: bool = False
+
+
+class SessionTurn(InputModel):
+    user: str = ""
+    assistant: str
+
+
+class AlignmentSessionPayload(InputModel):
+    """A whole session at once."""
+
+    session_id: str
+    persona_id: str
+    turns: list[SessionTurn] = Field(min_length=1)
+
+
+AlignmentPayload = AlignmentSessionPayload | AlignmentTurnPayload
+
+# ---------------------------------------------------------------- envelope
+
+
+def parse_event_time(value: str | int | None) -> datetime | None:
+    """Turn an RFC 3339 string or epoch milliseconds into an aware UTC datetime."""
+    if value is None:
+        return None
+    if isinstance(value, int):
+        return datetime.fromtimestamp(value / 1000, tz=UTC)
+    text = value.strip()
+    if text.endswith(("Z", "z")):
+        text = text[:-1] + "+00:00"
+    parsed = datetime.fromisoformat(text)
+    if parsed.tzinfo is None:
+        raise ValueError("RFC 3339 time needs an offset or 'Z'")
+    return parsed.astimezone(UTC)
+
+
+class _EnvelopeBase(InputModel):
+    id: str = Field(min_length=1)
+    ts: str | int | None = None
+    model: str | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("ts")
+    @classmethod
+    def _ts_is_a_time(cls, value: str | int | None) -> str | int | None:
+        if isinstance(value, bool):
+            raise ValueError("ts must be an RFC 3339 string or epoch milliseconds")
+        parse_event_time(value)
+        return value
+
+    def event_time(self) -> datetime | None:
+        """The record's event time, or None when the producer gave none."""
+        return parse_event_time(self.ts)
+
+
+class SafeRecord(_EnvelopeBase):
+    suite: Literal["safe"]
+    payload: SafePayload
+
+
+class ExtractionRecord(_EnvelopeBase):
+    suite: Literal["extraction"]
+    payload: ExtractionPayload
+
+
+class AlignmentRecord(_EnvelopeBase):
+    suite: Literal["alignment"]
+    payload: AlignmentPayload
+
+
+InputRecord = Annotated[
+    SafeRecord | ExtractionRecord | AlignmentRecord, Field(discriminator="suite")
+]
+Payload = SafePayload | ExtractionPayload | AlignmentPayload
+
+__all__ = [
+    "SUITES",
+    "AlignmentPayload",
+    "AlignmentRecord",
+    "AlignmentSessionPayload",
+    "AlignmentTurnPayload",
+    "ArgumentValue",
+    "ExtractionPayload",
+    "ExtractionRecord",
+    "GoldArgument",
+    "GoldEvent",
+    "InputRecord",
+    "Payload",
+    "SafeExpectations",
+    "SafeOutput",
+    "SafePayload",
+    "SafeRecord",
+    "SessionTurn",
+    "SuiteName",
+    "parse_event_time",
+]

@@ -1,0 +1,178 @@
+"""Messages scorestream publishes: results, aggregates, gate events and dead letters."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import Field, JsonValue
+
+from schemas._base import OutputModel
+from schemas.envelope import SuiteName
+
+Label = Literal["Pass", "Review", "Fail"]
+Grade = Literal["A", "B", "C", "D", "F"]
+CountValue = int | str | list[str]
+# Details are free-form JSON findings (found / missing / violated terms, parse notes ...).
+DetailValue = JsonValue
+
+
+class Versions(OutputModel):
+    scorer: str
+    metrics: str
+    protocol: str | None = None
+
+
+class RecordSource(OutputModel):
+    """Where an input record was read from."""
+
+    topic: str
+    partition: int
+    offset: int
+
+
+class CaseResult(OutputModel):
+    """One scored case, turn or closed session on `llm.eval.results.v1`."""
+
+    id: str
+    suite: SuiteName
+    kind: Literal["case", "turn", "session"]
+    ts: datetime
+    model: str | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+    scores: dict[str, float | None]
+    label: Label | None = None
+    grade: Grade | None = None
+    details: dict[str, DetailValue] = Field(default_factory=dict)
+    counts: dict[str, CountValue] = Field(default_factory=dict)
+    versions: Versions
+    source: RecordSource | None = None
+    scored_at: datetime
+    latency_ms: float | None = None
+
+
+class WindowSpan(OutputModel):
+    start: datetime
+    end: datetime
+    size_s: float
+
+
+class MetricSummary(OutputModel):
+    """Statistics of one metric over the cases of a window."""
+
+    mean: float | None
+    min: float | None
+    max: float | None
+    std: float | None
+    ci_low: float | None = None
+    ci_high: float | None = None
+
+
+class ArchetypeFigures(OutputModel):
+    count: int
+    mean_CR: float
+    mean_AH: float
+    mean_AC: float
+    pass_rate: float
+
+
+class SafeFigures(OutputModel):
+    """SAFE v0 batch figures of a window (seed 004 section 4.2)."""
+
+    pass_rates: dict[str, float]
+    by_archetype: dict[str, ArchetypeFigures]
+
+
+class ExtractionFigures(OutputModel):
+    """Micro-averaged extraction metrics from summed counters, with the counters."""
+
+    metrics: dict[str, float]
+    counts: dict[str, int]
+
+
+class AlignmentFigures(OutputModel):
+    """Alignment figures of a window: closed sessions and their grades."""
+
+    sessions: int
+    turns: int
+    grade_counts: dict[str, int]
+
+
+class Aggregate(OutputModel):
+    """A windowed aggregate on `llm.eval.aggregates.v1`."""
+
+    suite: SuiteName
+    segment: dict[str, str]
+    window: WindowSpan
+    final: bool
+    count: int
+    metrics: dict[str, MetricSummary]
+    label_counts: dict[str, int] = Field(default_factory=dict)
+    pass_rate: float | None = None
+    safe: SafeFigures | None = None
+    extraction: ExtractionFigures | None = None
+    alignment: AlignmentFigures | None = None
+    emitted_at: datetime
+
+
+class GateEvent(OutputModel):
+    """A gate changing state, on `llm.eval.gates.v1`."""
+
+    gate: str
+    state: Literal["firing", "resolved"]
+    suite: SuiteName
+    segment: dict[str, str]
+    metric: str
+    stat: str
+    op: Literal["<", "<=", ">", ">="]
+    threshold: float
+    value: float | None
+    count: int
+    window: WindowSpan
+    ts: datetime
+
+
+class DeadLetterError(OutputModel):
+    type: str
+    message: str
+
+
+class DeadLetterSource(OutputModel):
+    topic: str
+    partition: int
+    offset: int
+    timestamp: datetime | None = None
+
+
+class DeadLetter(OutputModel):
+    """An input that could not be scored, on `llm.responses.v1.dlq`."""
+
+    error: DeadLetterError
+    raw: str | None = None
+    raw_b64: str | None = None
+    raw_truncated: bool = False
+    raw_size: int
+    source: DeadLetterSource
+    failed_at: datetime
+
+
+__all__ = [
+    "Aggregate",
+    "AlignmentFigures",
+    "ArchetypeFigures",
+    "CaseResult",
+    "CountValue",
+    "DeadLetter",
+    "DeadLetterError",
+    "DeadLetterSource",
+    "DetailValue",
+    "ExtractionFigures",
+    "GateEvent",
+    "Grade",
+    "Label",
+    "MetricSummary",
+    "RecordSource",
+    "SafeFigures",
+    "Versions",
+    "WindowSpan",
+]

@@ -1,0 +1,77 @@
+"""Settings: layering, the seed's SAFE_V0_* variables, errors that name the key."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from worker.config import ConfigError, format_duration, load_settings, parse_duration
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_defaults_match_the_interface(tmp_path: Path) -> None:
+    settings = load_settings(environ={}, safe_config_json=tmp_path / "none.json")
+    assert settings.metrics_port == 9108
+    assert settings.grace == 10.0
+    assert settings.max_record_bytes == 1024 * 1024
+    assert settings.dlq_max_raw_bytes == 64 * 1024
+    assert settings.safe.thresholds.AH.pass_ == 1.0
+    assert settings.alignment.max_expected_variance == 0.1
+    assert settings.extraction.metrics.relaxed.match_mode == "include_or_char_overlap"
+
+
+def test_flag_beats_environment_beats_file(tmp_path: Path) -> None:
+    config = write(tmp_path / "c.yaml", "metrics_port: 1111\nsegment_by: [tenant]\n")
+    env = {"SCORESTREAM_METRICS_PORT": "2222"}
+    settings = load_settings(config, environ=env, safe_config_json=tmp_path / "none.json")
+    assert settings.metrics_port == 2222
+    assert settings.segment_by == ["tenant"]
+    flagged = load_settings(
+        config, overrides={"metrics_port": 3333}, environ=env, safe_config_json=tmp_path / "n"
+    )
+    assert flagged.metrics_port == 3333
+
+
+def test_seed_environment_and_safe_config_json(tmp_path: Path) -> None:
+    safe_json = write(
+        tmp_path / "safe.config.json",
+        json.dumps({"weights": {"CR": 1.0, "AH": 1.5, "AC": 1.0}, "strictAH": False}),
+    )
+    env = {"SAFE_V0_CR_PASS": "0.9", "SAFE_V0_AH_STRICT": "true"}
+    settings = load_settings(environ=env, safe_config_json=safe_json)
+    assert settings.safe.weights.AH == 1.5
+    assert settings.safe.thresholds.CR.pass_ == 0.9
+    assert settings.safe.strict_ah is True  # environment beats the file
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "key"),
+    [
+        ("alignment: {max_expected_variance: -1}", "alignment.max_expected_variance"),
+        ("windows: [{size: soon}]", "windows.0.size"),
+        ("safe: {weights: {CR: 0, AH: 0, AC: 0}}", "safe.weights"),
+        ("extraction: {metrics: {relaxed: {match_mode: fuzzy}}}", "relaxed.match_mode"),
+        ("brokr: kafka://x:1", "brokr"),
+    ],
+)
+def test_bad_config_names_the_key(tmp_path: Path, yaml_text: str, key: str) -> None:
+    config = write(tmp_path / "bad.yaml", yaml_text)
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")) as info:
+        load_settings(config, environ={}, safe_config_json=tmp_path / "none.json")
+    assert str(config) in str(info.value)
+
+
+def test_durations_round_trip() -> None:
+    assert parse_duration("5m") == 300.0
+    assert parse_duration("250ms") == 0.25
+    assert parse_duration(90) == 90.0
+    assert format_duration(3600) == "1h"
+    assert format_duration(10) == "10s"
+    with pytest.raises(ValueError):
+        parse_duration("-1s")

@@ -1,0 +1,13 @@
+"""Topic catalog and provisioning."""
+
+from topics.catalog import (
+    AGGREGATES,
+    CATALOG,
+    DEAD_LETTERS,
+    GATES,
+    INPUT,
+    RESULTS,
+    TopicSpec,
+)
+
+__all__ = ["AGGREGATES", "CATALOG", "DEAD_LETTERS", "GATES", "INPUT", "RESULTS", "TopicSpec"]

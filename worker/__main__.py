@@ -1,0 +1,7 @@
+"""`python -m worker` is the `scorestream` command."""
+
+import sys
+
+from worker.cli import main
+
+sys.exit(main())

@@ -1,0 +1,96 @@
+"""The `scorestream` command line. Each command's work lives in `worker.commands.*`."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+from typing import NoReturn
+
+EXIT_ERROR = 3  # configuration, usage or runtime error (seed 004 section 7.3)
+
+
+class UsageError(Exception):
+    """Bad command-line usage; exits 3, never argparse's 2 (which means Review here)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_ERROR, f"{self.prog}: error: {message}\n")
+
+
+def _kafka_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--broker", help="kafka://host:port (else SCORESTREAM_BROKER, config)")
+    parser.add_argument("--config", help="YAML config file (else SCORESTREAM_CONFIG)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="scorestream", description="Streaming scorer for LLM output.")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    score = commands.add_parser("score", help="score files offline")
+    score.add_argument("files", nargs="+", metavar="FILE")
+    score.add_argument("--suite", choices=["alignment", "extraction", "safe"])
+    score.add_argument("--config", help="YAML config file (else SCORESTREAM_CONFIG)")
+    score.add_argument(
+        "--format", default="console", choices=["console", "json", "markdown", "all"]
+    )
+    score.add_argument("--output", help="report path (json) or directory (all)")
+    score.add_argument("--strict-ah", action="store_true", help="binary AH scoring")
+    score.add_argument("--concern", help="score only cases with this concern_id")
+    score.add_argument("--judge", action="store_true", help="use the configured safety judge")
+    score.add_argument("--verbose", action="store_true")
+
+    worker = commands.add_parser("worker", help="run the streaming worker")
+    _kafka_options(worker)
+
+    demo = commands.add_parser("demo", help="embedded broker, worker and example stream")
+    demo.add_argument("--follow", action="store_true", help="keep running after the replay")
+    demo.add_argument("--config", help="YAML config file")
+
+    produce = commands.add_parser("produce", help="publish a JSONL file to the input topic")
+    produce.add_argument("file", metavar="FILE")
+    produce.add_argument("--topic", help="topic (default: the input topic)")
+    produce.add_argument("--rate", type=float, help="records per second (default: as fast)")
+    _kafka_options(produce)
+
+    topics = commands.add_parser("topics", help="provision or show the catalog's topics")
+    topics.add_argument("action", choices=["create", "list"])
+    _kafka_options(topics)
+
+    compare = commands.add_parser("compare", help="regression report of two JSON reports")
+    compare.add_argument("baseline", metavar="BASELINE")
+    compare.add_argument("candidate", metavar="CANDIDATE")
+    compare.add_argument("--tolerance", type=float, default=0.0)
+    compare.add_argument("--format", default="console", choices=["console", "json"])
+    return parser
+
+
+HANDLERS = {
+    "score": "worker.commands.score",
+    "compare": "worker.commands.compare",
+    "worker": "worker.commands.stream",
+    "produce": "worker.commands.stream",
+    "topics": "worker.commands.stream",
+    "demo": "worker.commands.demo",
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `scorestream` console script; returns the exit code."""
+    args = build_parser().parse_args(argv)
+    module = importlib.import_module(HANDLERS[args.command])
+    handler = getattr(module, f"run_{args.command}")
+    try:
+        return int(handler(args))
+    except UsageError as exc:
+        print(f"scorestream {args.command}: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
