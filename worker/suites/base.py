@@ -79,6 +79,36 @@ class BatchReport(Protocol):
         ...
 
 
+class BatchScorer(Protocol):
+    """Drives `scorestream score` for one suite.
+
+    Made by the suite's `make_batch_scorer(settings: Settings, options: BatchOptions)`.
+    """
+
+    def native_payload(self, row: dict[str, Any]) -> Any:
+        """Validate a native row of this suite into its payload model.
+
+        Raises `pydantic.ValidationError` or `ValueError` naming the offending field.
+        """
+        ...
+
+    def native_id(self, row: dict[str, Any], fallback: str) -> str:
+        """The case id of a native row (`fallback` is "file:line")."""
+        ...
+
+    def score(self, items: list[BatchItem]) -> BatchReport: ...
+
+
+@dataclass(frozen=True)
+class BatchOptions:
+    """Command-line options of `scorestream score` that suites may use."""
+
+    strict_ah: bool = False
+    concern: str | None = None
+    judge: bool = False
+    verbose: bool = False
+
+
 def exit_code_for_labels(labels: list[Label | None]) -> int:
     """Seed 004 section 7.3: 1 on any Fail, else 2 on any Review, else 0."""
     if "Fail" in labels:
