@@ -1,0 +1,90 @@
+"""Create and inspect the catalog's topics on a broker."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+from topics.catalog import CATALOG, TopicSpec
+
+TOPIC_ALREADY_EXISTS = 36
+
+
+@dataclass(frozen=True)
+class TopicStatus:
+    name: str
+    catalog_name: str
+    partitions: int | None  # None: not on the broker
+    expected_partitions: int
+
+
+def bootstrap_servers(broker_url: str) -> str:
+    """`kafka://h:p;kafka://h2:p2` (Faust spelling) -> `h:p,h2:p2` (aiokafka spelling)."""
+    hosts = []
+    for part in broker_url.replace(";", ",").split(","):
+        part = part.strip()
+        if "://" in part:
+            part = part.split("://", 1)[1]
+        if part:
+            hosts.append(part.rstrip("/"))
+    if not hosts:
+        raise ValueError(f"no broker address in {broker_url!r}")
+    return ",".join(hosts)
+
+
+def planned_topics(names: dict[str, str] | None = None) -> list[tuple[str, TopicSpec]]:
+    """(actual name, spec) for each catalog topic; `names` maps catalog name -> actual."""
+    names = names or {}
+    return [(names.get(name, name), spec) for name, spec in CATALOG.items()]
+
+
+async def create_topics(
+    broker_url: str, names: dict[str, str] | None = None, partitions: int | None = None
+) -> list[str]:
+    """Create the missing catalog topics; returns the names created (existing ones are kept)."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap_servers(broker_url))
+    await admin.start()
+    try:
+        existing = set(await admin.list_topics())
+        wanted = [
+            NewTopic(
+                name,
+                partitions or spec.partitions,
+                spec.replication_factor,
+                topic_configs=spec.config(),
+            )
+            for name, spec in planned_topics(names)
+            if name not in existing
+        ]
+        if not wanted:
+            return []
+        response = await admin.create_topics(wanted)
+        created = []
+        for topic, code, message in response.topic_errors:
+            if code == 0:
+                created.append(topic)
+            elif code != TOPIC_ALREADY_EXISTS:
+                raise RuntimeError(f"cannot create topic {topic}: {message} (error {code})")
+        return created
+    finally:
+        await admin.close()
+
+
+async def list_topics(broker_url: str, names: dict[str, str] | None = None) -> list[TopicStatus]:
+    """The catalog's topics with their partition counts on the broker."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap_servers(broker_url))
+    await admin.start()
+    try:
+        present = set(await admin.list_topics())
+        planned = planned_topics(names)
+        described = {}
+        if on_broker := [name for name, _ in planned if name in present]:
+            for info in await admin.describe_topics(on_broker):
+                described[info["topic"]] = len(info["partitions"])
+        return [
+            TopicStatus(name, spec.name, described.get(name), spec.partitions)
+            for name, spec in planned
+        ]
+    finally:
+        await admin.close()
