@@ -1,0 +1,78 @@
+"""`scorestream score` for the SAFE suite: native rows, scoring, the batch report."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from schemas.envelope import SafePayload
+from worker.config import Settings
+from worker.suites.base import BatchItem, BatchOptions
+from worker.suites.safe.matching import DEFAULT_MATCHER, Matcher
+from worker.suites.safe.report import SafeBatchReport, ScoredCase
+from worker.suites.safe.scoring import UNKNOWN_ARCHETYPE, score_case
+
+Clock = Callable[[], datetime]
+
+
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+class SafeBatchScorer:
+    """Scores SAFE test cases (native rows or envelope payloads) into a `SafeBatchReport`."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        options: BatchOptions,
+        clock: Clock = _utc_now,
+        matcher: Matcher = DEFAULT_MATCHER,
+    ) -> None:
+        self.settings = settings.safe
+        self.strict_ah = options.strict_ah or self.settings.strict_ah
+        self.concern = options.concern
+        self.clock = clock
+        self.matcher = matcher
+
+    def native_payload(self, row: dict[str, Any]) -> SafePayload:
+        """A native SAFE row is a test case with the engine `output`."""
+        if "output" not in row:
+            raise ValueError("output: missing (a SAFE test case needs the engine output)")
+        return SafePayload.model_validate(row)
+
+    def native_id(self, row: dict[str, Any], fallback: str) -> str:
+        test_id = row.get("test_id")
+        return test_id if isinstance(test_id, str) and test_id else fallback
+
+    def score(self, items: list[BatchItem]) -> SafeBatchReport:
+        cases = []
+        for item in items:
+            payload: SafePayload = item.payload
+            if not payload.test_id:
+                payload = payload.model_copy(update={"test_id": item.id})
+            scored = score_case(payload, self.settings, self.strict_ah, self.matcher)
+            cases.append(
+                ScoredCase(
+                    test_id=payload.test_id,
+                    archetype=payload.archetype.strip() or UNKNOWN_ARCHETYPE,
+                    scored=scored,
+                    id=item.id,
+                    model=item.model,
+                )
+            )
+        return SafeBatchReport(
+            cases=cases,
+            settings=self.settings,
+            generated_at=self.clock().astimezone(UTC),
+            concern=self.concern,
+            strict_ah=self.strict_ah,
+        )
+
+
+def make_batch_scorer(
+    settings: Settings, options: BatchOptions, clock: Clock = _utc_now
+) -> SafeBatchScorer:
+    """The SAFE suite's `BatchScorer` (see `worker.suites.base`)."""
+    return SafeBatchScorer(settings, options, clock=clock)
