@@ -1,0 +1,243 @@
+"""`scorestream score FILE...`: score files offline with the suites' batch scorers.
+
+Suite-agnostic: rows are recognised by shape (`worker.inputs`), grouped by suite and
+handed to `worker.suites.<suite>.make_batch_scorer`. Exit codes (seed 004 section 7.3):
+0 all Pass, 1 any Fail, 2 any Review and no Fail, 3 configuration, usage or runtime error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+from rich.console import Console
+from rich.progress import Progress
+
+from worker.config import ConfigError, Settings, load_settings
+from worker.inputs import (
+    RawRow,
+    RowError,
+    guess_native_suite,
+    is_envelope,
+    parse_envelope,
+    read_rows,
+    validation_problems,
+)
+from worker.suites.base import BatchItem, BatchOptions, BatchReport, BatchScorer
+
+EXIT_ERROR = 3
+PROGRESS_MIN_ROWS = 500  # a progress bar only for files this large, on a terminal
+_SEVERITY = {0: 0, 2: 1, 1: 2, EXIT_ERROR: 3}  # worst wins: 3 > 1 > 2 > 0
+
+
+def worst_exit_code(codes: Iterable[int]) -> int:
+    """Combine per-suite exit codes: an error beats Fail, which beats Review, then Pass."""
+    return max(codes, key=lambda code: _SEVERITY.get(code, 3), default=0)
+
+
+class SuiteUnavailable(Exception):
+    """A suite module that cannot be imported or has no `make_batch_scorer`."""
+
+
+class Scorers:
+    """The batch scorer of each suite, imported on first use."""
+
+    def __init__(self, settings: Settings, options: BatchOptions) -> None:
+        self.settings = settings
+        self.options = options
+        self._scorers: dict[str, BatchScorer] = {}
+        self.unavailable: dict[str, str] = {}
+
+    def get(self, suite: str) -> BatchScorer:
+        if suite in self.unavailable:
+            raise SuiteUnavailable(self.unavailable[suite])
+        if suite not in self._scorers:
+            try:
+                module = importlib.import_module(f"worker.suites.{suite}")
+                make = module.make_batch_scorer
+            except (ImportError, AttributeError) as exc:
+                self.unavailable[suite] = f"suite {suite!r} is not available: {exc}"
+                raise SuiteUnavailable(self.unavailable[suite]) from exc
+            self._scorers[suite] = make(self.settings, self.options)
+        return self._scorers[suite]
+
+
+def recognise(row: RawRow, default_suite: str | None, scorers: Scorers) -> tuple[str, BatchItem]:
+    """The suite and validated item of one row; raises `RowError` or `SuiteUnavailable`."""
+    if row.error is not None or row.data is None:
+        raise RowError([row.error or "(row): empty"])
+    data = row.data
+    if is_envelope(data):
+        record = parse_envelope(data)
+        scorers.get(record.suite)
+        item = BatchItem(
+            id=record.id,
+            payload=record.payload,
+            model=record.model,
+            labels=record.labels,
+            source=row.source,
+        )
+        return record.suite, item
+    suite = default_suite or guess_native_suite(data)
+    if suite is None:
+        raise RowError(["suite: not an envelope (needs suite and payload); use --suite"])
+    scorer = scorers.get(suite)
+    try:
+        payload = scorer.native_payload(data)
+    except ValidationError as exc:
+        raise RowError(validation_problems(exc)) from exc
+    except ValueError as exc:
+        raise RowError([str(exc)]) from exc
+    item = BatchItem(id=scorer.native_id(data, row.source), payload=payload, source=row.source)
+    return suite, item
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    overrides: dict[str, Any] = {}
+    if getattr(args, "strict_ah", False):
+        overrides["safe"] = {"strict_ah": True}
+    return load_settings(getattr(args, "config", None), overrides=overrides)
+
+
+def _write(path: Path, text: str, errors: Console) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    errors.print(f"report written: {path}", highlight=False, markup=False)
+
+
+def _suffixed(path: Path, suite: str, several: bool) -> Path:
+    return path.with_name(f"{path.stem}.{suite}{path.suffix}") if several else path
+
+
+def emit_reports(
+    reports: dict[str, BatchReport],
+    args: argparse.Namespace,
+    report_dir: Path,
+    out: Console,
+    errors: Console,
+) -> None:
+    """Render or write every report in the requested `--format`."""
+    fmt = args.format
+    several = len(reports) > 1
+    output = Path(args.output) if args.output else None
+    for suite, report in reports.items():
+        if fmt in ("console", "all"):
+            report.render_console(out, verbose=args.verbose)
+        if fmt == "json":
+            text = json.dumps(report.to_json(), indent=2, ensure_ascii=False) + "\n"
+            if output is None:
+                sys.stdout.write(text)
+                sys.stdout.flush()
+            else:
+                _write(_suffixed(output, suite, several), text, errors)
+        if fmt == "markdown":
+            target = output or report_dir / f"{report.report_stem()}.md"
+            _write(_suffixed(target, suite, several), report.to_markdown(), errors)
+        if fmt == "all":
+            directory = output or report_dir
+            stem = report.report_stem()
+            text = json.dumps(report.to_json(), indent=2, ensure_ascii=False) + "\n"
+            _write(directory / f"{stem}.json", text, errors)
+            _write(directory / f"{stem}.md", report.to_markdown(), errors)
+
+
+def _read_all(files: list[str], errors: Console) -> list[RawRow] | None:
+    rows: list[RawRow] = []
+    for name in files:
+        path = Path(name)
+        if not path.is_file():
+            errors.print(f"scorestream score: {name}: no such file", highlight=False, markup=False)
+            return None
+        try:
+            rows.extend(read_rows(path))
+        except OSError as exc:
+            errors.print(f"scorestream score: {name}: {exc.strerror}", markup=False)
+            return None
+    return rows
+
+
+def run_score(args: argparse.Namespace) -> int:
+    """Score the files of `args.files`; returns the exit code."""
+    errors = Console(stderr=True, soft_wrap=True)
+    try:
+        settings = _settings(args)
+    except ConfigError as exc:
+        errors.print(f"scorestream score: configuration error:\n{exc}", markup=False)
+        return EXIT_ERROR
+    options = BatchOptions(
+        strict_ah=settings.safe.strict_ah,
+        concern=args.concern,
+        judge=getattr(args, "judge", False),
+        verbose=args.verbose,
+    )
+    scorers = Scorers(settings, options)
+    if args.suite:
+        try:
+            scorers.get(args.suite)
+        except SuiteUnavailable as exc:
+            errors.print(f"scorestream score: {exc}", markup=False)
+            return EXIT_ERROR
+
+    rows = _read_all(args.files, errors)
+    if rows is None:
+        return EXIT_ERROR
+
+    batches: dict[str, list[BatchItem]] = {}
+    rejected = 0
+    filtered = 0
+    show_progress = errors.is_terminal and len(rows) >= PROGRESS_MIN_ROWS
+    with Progress(console=errors, transient=True, disable=not show_progress) as progress:
+        task = progress.add_task("reading rows", total=len(rows))
+        for row in rows:
+            progress.advance(task)
+            try:
+                suite, item = recognise(row, args.suite, scorers)
+            except RowError as exc:
+                rejected += 1
+                for problem in exc.problems:
+                    errors.print(f"{row.source}: {problem}", highlight=False, markup=False)
+                continue
+            except SuiteUnavailable:
+                rejected += 1
+                continue
+            concern_id = getattr(item.payload, "concern_id", None)
+            if args.concern and concern_id is not None and concern_id != args.concern:
+                filtered += 1
+                continue
+            batches.setdefault(suite, []).append(item)
+
+    for message in scorers.unavailable.values():
+        errors.print(f"scorestream score: {message}", markup=False)
+    if rejected:
+        noun = "row" if rejected == 1 else "rows"
+        errors.print(f"scorestream score: {rejected} {noun} could not be scored", markup=False)
+    if not batches:
+        reason = f"no case with concern_id {args.concern!r}" if filtered else "nothing to score"
+        errors.print(f"scorestream score: {reason}", markup=False)
+        return EXIT_ERROR
+
+    codes: list[int] = [EXIT_ERROR] if scorers.unavailable else []
+    reports: dict[str, BatchReport] = {}
+    for suite, items in batches.items():
+        try:
+            report = scorers.get(suite).score(items)
+        except Exception as exc:  # a scorer bug must not look like a verdict
+            errors.print(f"scorestream score: {suite}: scoring failed: {exc!r}", markup=False)
+            codes.append(EXIT_ERROR)
+            continue
+        reports[suite] = report
+        codes.append(report.exit_code())
+
+    out = Console(width=None if sys.stdout.isatty() else 200)
+    try:
+        emit_reports(reports, args, settings.safe.report_dir, out, errors)
+    except OSError as exc:
+        errors.print(f"scorestream score: cannot write report: {exc}", markup=False)
+        return EXIT_ERROR
+    return worst_exit_code(codes)
