@@ -1,0 +1,79 @@
+"""Arguments the source text does not support."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from worker.suites.extraction.normalize import argument_text, label_text, strip_whitespace
+
+HallucinationMode = Literal["normalized_substring", "exact_span"]
+
+
+@dataclass(frozen=True)
+class UnsupportedArgument:
+    event_type: str
+    role: str
+    argument: str
+
+    @property
+    def key(self) -> str:
+        """Breakdown key `event_type|role`."""
+        return f"{self.event_type}|{self.role}"
+
+
+@dataclass(frozen=True)
+class HallucinationCheck:
+    """Arguments checked against the source and those it does not support."""
+
+    checked: bool  # False when the source text is empty
+    total: int = 0
+    unsupported: list[UnsupportedArgument] = field(default_factory=list)
+
+    def breakdown(self) -> dict[str, int]:
+        """Unsupported arguments per `event_type|role`."""
+        counts: dict[str, int] = {}
+        for item in self.unsupported:
+            counts[item.key] = counts.get(item.key, 0) + 1
+        return counts
+
+
+def is_supported(argument: str, text: str, mode: HallucinationMode) -> bool:
+    """`exact_span`: a substring of the text; `normalized_substring`: the same with all
+    whitespace removed from both (case-sensitive)."""
+    if mode == "exact_span":
+        return argument in text
+    return strip_whitespace(argument) in strip_whitespace(text)
+
+
+def check_hallucination(
+    events: list[dict[str, Any]], text: str, mode: HallucinationMode
+) -> HallucinationCheck:
+    """Check every dict argument (as `str`, None -> "None", at least 2 characters) of every
+    dict event; `arguments` that is null or not a list means no arguments."""
+    if not text:
+        return HallucinationCheck(checked=False)
+    total = 0
+    unsupported = []
+    for event in events:
+        if not isinstance(event, dict):
+            continue
+        arguments = event.get("arguments")
+        if not isinstance(arguments, list):
+            continue
+        for argument in arguments:
+            if not isinstance(argument, dict):
+                continue
+            value = argument_text(argument.get("argument"))
+            if len(value) < 2:
+                continue
+            total += 1
+            if not is_supported(value, text, mode):
+                unsupported.append(
+                    UnsupportedArgument(
+                        label_text(event.get("event_type")),
+                        label_text(argument.get("role")),
+                        value,
+                    )
+                )
+    return HallucinationCheck(checked=True, total=total, unsupported=unsupported)

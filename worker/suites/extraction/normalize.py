@@ -1,0 +1,42 @@
+"""Text normalisation shared by the extraction metrics."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+_WHITESPACE = re.compile(r"\s+")
+_FULLWIDTH = str.maketrans({"（": "(", "）": ")", "，": ",", "。": "."})
+
+
+def norm(value: Any) -> str:
+    """`str(value)` (None -> ""), all whitespace removed, `（），。` made ASCII, lowercased."""
+    if value is None:
+        return ""
+    text = value if isinstance(value, str) else str(value)
+    return _WHITESPACE.sub("", text).translate(_FULLWIDTH).lower()
+
+
+def strip_whitespace(text: str) -> str:
+    """`text` with every whitespace character removed (case kept)."""
+    return _WHITESPACE.sub("", text)
+
+
+def label_text(value: Any) -> str:
+    """An event type or role as text; "" when it is missing or empty.
+
+    Strings are kept as written. Other truthy JSON values (numbers, lists, objects) become
+    their compact JSON text, so a model that writes `"event_type": 5` or a list is scored
+    (as a wrong prediction) instead of crashing the scorer; falsy values count as missing.
+    """
+    if isinstance(value, str):
+        return value
+    if not value:
+        return ""
+    return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+
+
+def argument_text(value: Any) -> str:
+    """An argument as the reference prints it: `str(value)`, with None -> "None"."""
+    return value if isinstance(value, str) else str(value)

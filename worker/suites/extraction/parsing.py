@@ -1,0 +1,175 @@
+"""Turning a raw model response into a list of predicted events.
+
+Extraction picks the JSON-looking part of the response (the method is recorded), then
+`json.loads` is tried as is and after each cumulative repair step, and finally
+`dirtyjson`. The parsed value is normalised to a list of event dicts.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import dirtyjson
+
+EMPTY_INPUT = "empty_input"
+MARKDOWN_BLOCK = "markdown_block"
+ARRAY_PATTERN = "array_pattern"
+OBJECT_PATTERN = "object_pattern"
+EMPTY_ARRAY = "empty_array"
+RAW_JSON = "raw_json"
+NO_JSON_FOUND = "no_json_found"
+
+_MARKDOWN = re.compile(r"```(?:json)?\s*\n?(.*?)\n?```", re.DOTALL | re.IGNORECASE)
+_ARRAY = re.compile(r"\[\s*\{.*\}\s*\]", re.DOTALL)
+_OBJECT = re.compile(r"\{[^{}]*(?:\{[^{}]*\}[^{}]*)*\}")
+
+_PUNCTUATION = str.maketrans("，：；“”‘’【】（）｛｝", ",:;\"\"''[](){}")
+_TRAILING_COMMA = re.compile(r",\s*([\]}])")
+_CONTROL_CHARACTERS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f]")
+_SINGLE_QUOTED_KEY = re.compile(r"'([^'\n]*)'\s*:")
+
+
+@dataclass(frozen=True)
+class ParseResult:
+    """What parsing one response produced."""
+
+    method: str
+    success: bool
+    repair_steps: list[str] = field(default_factory=list)
+    # Items the events are taken from, before non-dicts are dropped (schema compliance
+    # reports those as `event_not_dict`).
+    items: list[Any] = field(default_factory=list)
+    events: list[dict[str, Any]] = field(default_factory=list)
+    error: str | None = None
+
+    @property
+    def repaired(self) -> bool:
+        """Parsed, and only after at least one repair step."""
+        return self.success and bool(self.repair_steps)
+
+
+def extract_json_text(response: str) -> tuple[str, str | None]:
+    """The extraction method that applies first and the text it extracted (None: none)."""
+    if not response.strip():
+        return EMPTY_INPUT, None
+    blocks = _MARKDOWN.findall(response)
+    if blocks:
+        return MARKDOWN_BLOCK, blocks[-1].strip()
+    if match := _ARRAY.search(response):
+        return ARRAY_PATTERN, match.group(0)
+    if match := _OBJECT.search(response):
+        return OBJECT_PATTERN, match.group(0)
+    if "[]" in response:
+        return EMPTY_ARRAY, "[]"
+    stripped = response.strip()
+    if stripped.startswith(("[", "{")):
+        return RAW_JSON, stripped
+    return NO_JSON_FOUND, None
+
+
+def normalize_punctuation(text: str) -> str:
+    """Full-width punctuation `，：；“”‘’【】（）｛｝` to ASCII."""
+    return text.translate(_PUNCTUATION)
+
+
+def fix_trailing_comma(text: str) -> str:
+    """Drop a comma that precedes (optional whitespace and) `]` or `}`."""
+    return _TRAILING_COMMA.sub(r"\1", text)
+
+
+def remove_control_characters(text: str) -> str:
+    """Drop U+0000-U+0008, U+000B, U+000C and U+000E-U+001F."""
+    return _CONTROL_CHARACTERS.sub("", text)
+
+
+def fix_unclosed_brackets(text: str) -> str:
+    """Append the missing `}` and then the missing `]`, by counting."""
+    text += "}" * max(0, text.count("{") - text.count("}"))
+    return text + "]" * max(0, text.count("[") - text.count("]"))
+
+
+def fix_single_quotes(text: str) -> str:
+    """`'key':` to `"key":`."""
+    return _SINGLE_QUOTED_KEY.sub(r'"\1":', text)
+
+
+REPAIR_STEPS: tuple[tuple[str, Callable[[str], str]], ...] = (
+    ("normalize_punctuation", normalize_punctuation),
+    ("fix_trailing_comma", fix_trailing_comma),
+    ("remove_control_characters", remove_control_characters),
+    ("fix_unclosed_brackets", fix_unclosed_brackets),
+    ("fix_single_quotes", fix_single_quotes),
+)
+DIRTYJSON_FALLBACK = "dirtyjson_fallback"
+
+_NOT_PARSED = object()
+
+
+def _json_loads(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        return _NOT_PARSED
+
+
+def _dirtyjson_loads(text: str) -> Any:
+    try:
+        return _plain(dirtyjson.loads(text))
+    except (Exception, RecursionError):  # dirtyjson raises more than its own Error
+        return _NOT_PARSED
+
+
+def _plain(value: Any) -> Any:
+    """dirtyjson's attributed containers as plain dicts and lists."""
+    if isinstance(value, dict):
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_plain(item) for item in value]
+    return value
+
+
+def load_with_repairs(text: str) -> tuple[bool, Any, list[str]]:
+    """`(parsed, value, repair steps tried)`: plain `json.loads`, then each cumulative repair
+    step followed by `json.loads`, then `dirtyjson` on the repaired text."""
+    value = _json_loads(text)
+    steps: list[str] = []
+    if value is not _NOT_PARSED:
+        return True, value, steps
+    for name, repair in REPAIR_STEPS:
+        text = repair(text)
+        steps.append(name)
+        value = _json_loads(text)
+        if value is not _NOT_PARSED:
+            return True, value, steps
+    steps.append(DIRTYJSON_FALLBACK)
+    value = _dirtyjson_loads(text)
+    return value is not _NOT_PARSED, value, steps
+
+
+def event_items(value: Any) -> list[Any]:
+    """The items events are taken from: a list, a dict's `events` list, or the dict."""
+    if isinstance(value, list):
+        return list(value)
+    if isinstance(value, dict):
+        events = value.get("events")
+        return list(events) if isinstance(events, list) else [value]
+    return []
+
+
+def parse_response(response: str) -> ParseResult:
+    """Extract, parse (with repairs) and normalise one response; never raises."""
+    method, text = extract_json_text(response)
+    if text is None:
+        return ParseResult(method=method, success=False, error=method)
+    parsed, value, steps = load_with_repairs(text)
+    if not parsed:
+        return ParseResult(
+            method=method, success=False, repair_steps=steps, error="json_parse_failed"
+        )
+    items = event_items(value)
+    events = [item for item in items if isinstance(item, dict)]
+    return ParseResult(method=method, success=True, repair_steps=steps, items=items, events=events)

@@ -1,0 +1,209 @@
+"""Scoring one extraction case into integer counters, per-case scores and details."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import JsonValue
+
+from schemas.envelope import ExtractionPayload
+from schemas.outputs import CountValue
+from worker.config import ExtractionSettings
+from worker.suites.base import Scored
+from worker.suites.extraction.cot import CotCheck, check_cot
+from worker.suites.extraction.hallucination import HallucinationCheck, check_hallucination
+from worker.suites.extraction.matching import (
+    MatchCounts,
+    relaxed_counts,
+    strict_counts,
+    strict_triples,
+    type_counts,
+)
+from worker.suites.extraction.parsing import NO_JSON_FOUND, ParseResult, parse_response
+from worker.suites.extraction.schema import Compliance, EventSchema, check_compliance, load_schema
+
+
+@dataclass(frozen=True)
+class ExtractionContext:
+    """Settings and loaded event schemas; build once with `load_context`."""
+
+    settings: ExtractionSettings = field(default_factory=ExtractionSettings)
+    schemas: Mapping[str, EventSchema] = field(default_factory=dict)
+
+    def schema_for(self, name: str | None) -> tuple[str | None, EventSchema | None]:
+        """The schema a case names, else the default one, else none.
+
+        Raises `ValueError` naming an unknown schema.
+        """
+        chosen = name if name is not None else self.settings.default_schema
+        if chosen is None:
+            return None, None
+        if chosen not in self.schemas:
+            known = ", ".join(sorted(self.schemas)) or "none configured"
+            raise ValueError(f"unknown event schema {chosen!r} (known: {known})")
+        return chosen, self.schemas[chosen]
+
+
+def load_context(settings: ExtractionSettings) -> ExtractionContext:
+    """Read every configured schema file (`ConfigError` naming an unreadable file)."""
+    schemas = {name: load_schema(path) for name, path in settings.schemas.items()}
+    return ExtractionContext(settings=settings, schemas=schemas)
+
+
+def _match_fields(prefix: str, counts: MatchCounts) -> tuple[dict[str, float], dict[str, int]]:
+    scores = {
+        f"{prefix}_precision": counts.precision(),
+        f"{prefix}_recall": counts.recall(),
+        f"{prefix}_f1": counts.f1(),
+    }
+    totals = {
+        f"{prefix}_tp": counts.tp,
+        f"{prefix}_pred_total": counts.pred,
+        f"{prefix}_gold_total": counts.gold,
+    }
+    return scores, totals
+
+
+def _parse_counts(parsed: ParseResult) -> dict[str, int]:
+    return {
+        "parse_raw_success": int(parsed.success and not parsed.repair_steps),
+        "parse_repair_success": int(parsed.repaired),
+        "parse_errors": int(not parsed.success),
+        "parse_extraction_failures": int(parsed.method == NO_JSON_FOUND),
+    }
+
+
+def _cot_counts(cot: CotCheck | None) -> dict[str, int]:
+    checked = cot is not None and cot.status == "checked"
+    return {
+        "cot_checked": int(checked),
+        "cot_skipped": int(cot is not None and cot.status == "skipped"),
+        "cot_parse_fail": int(cot is not None and cot.status == "parse_fail"),
+        "cot_type_consistent": int(checked and cot is not None and cot.type_consistent),
+        "cot_argument_consistent": int(checked and cot is not None and cot.argument_consistent),
+        "cot_faithful": int(cot is not None and cot.faithful),
+    }
+
+
+def _triple_texts(triples: set[tuple[str, str, str]]) -> list[JsonValue]:
+    return [f"{t}|{r}|{a}" for t, r, a in sorted(triples)]
+
+
+def _details(
+    parsed: ParseResult,
+    schema_name: str | None,
+    compliance: Compliance,
+    hallucination: HallucinationCheck,
+    cot: CotCheck | None,
+    predicted: list[dict[str, Any]],
+    gold: list[dict[str, Any]],
+    mode: str,
+) -> dict[str, JsonValue]:
+    pred_set, gold_set = strict_triples(predicted), strict_triples(gold)
+    details: dict[str, JsonValue] = {
+        "parse": {
+            "method": parsed.method,
+            "success": parsed.success,
+            "repair_steps": list(parsed.repair_steps),
+            "error": parsed.error,
+            "events": len(parsed.events),
+        },
+        "strict_missing": _triple_texts(gold_set - pred_set),
+        "strict_spurious": _triple_texts(pred_set - gold_set),
+        "schema": {
+            "name": schema_name,
+            "mode": mode,
+            "compliant": compliance.compliant,
+            "violation": compliance.reason,
+        },
+        "hallucination": {
+            "checked": hallucination.checked,
+            "arguments_checked": hallucination.total,
+            "unsupported": [
+                {"event_type": u.event_type, "role": u.role, "argument": u.argument}
+                for u in hallucination.unsupported
+            ],
+            "by_event_role": dict(hallucination.breakdown()),
+        },
+    }
+    if cot is not None:
+        details["cot"] = {
+            "status": cot.status,
+            "type_consistent": cot.type_consistent if cot.status == "checked" else None,
+            "argument_consistent": cot.argument_consistent if cot.status == "checked" else None,
+            "missing_types": list(cot.missing_types),
+            "unsupported_pairs": list(cot.unsupported_pairs),
+        }
+    return details
+
+
+def score_case(payload: ExtractionPayload, ctx: ExtractionContext) -> Scored:
+    """Score one case. Never raises on odd model output; raises `ValueError` only when the
+    case names an unknown event schema."""
+    metrics = ctx.settings.metrics
+    schema_name, schema = ctx.schema_for(payload.schema_name)
+    parsed = parse_response(payload.response)
+    predicted = parsed.events
+    gold = [event.model_dump() for event in payload.gold]
+
+    strict = strict_counts(predicted, gold)
+    relaxed = relaxed_counts(predicted, gold, metrics.relaxed)
+    types = type_counts(predicted, gold)
+    compliance = check_compliance(parsed.items, metrics.schema_.mode, schema)
+    hallucination = check_hallucination(predicted, payload.text, metrics.hallucination.match_mode)
+    cot = (
+        check_cot(
+            payload.response,
+            predicted,
+            parsed.success,
+            metrics.cot.require_thought_block,
+            metrics.cot.mode,
+        )
+        if metrics.cot.enabled
+        else None
+    )
+
+    scores: dict[str, float | None] = {}
+    counts: dict[str, CountValue] = {"total_samples": 1}
+    for prefix, match in (("strict", strict), ("relaxed", relaxed), ("type", types)):
+        match_scores, match_totals = _match_fields(prefix, match)
+        scores.update(match_scores)
+        counts.update(match_totals)
+    counts.update(_parse_counts(parsed))
+    counts["schema_compliant"] = int(compliance.compliant)
+    counts["hallucination_samples"] = int(bool(hallucination.unsupported))
+    counts["hallucinated_entities"] = len(hallucination.unsupported)
+    counts["total_entities"] = hallucination.total
+    cot_counts = _cot_counts(cot)
+    counts.update(cot_counts)
+    counts["parse_method"] = parsed.method
+    counts["repair_steps"] = list(parsed.repair_steps)
+
+    checked = cot_counts["cot_checked"] == 1
+    scores.update(
+        {
+            "parse_success": float(parsed.success),
+            "schema_compliant": float(compliance.compliant),
+            "hallucinated": float(bool(hallucination.unsupported))
+            if hallucination.checked
+            else None,
+            "cot_type_consistent": float(cot_counts["cot_type_consistent"]) if checked else None,
+            "cot_argument_consistent": float(cot_counts["cot_argument_consistent"])
+            if checked
+            else None,
+            "cot_faithful": float(cot_counts["cot_faithful"]) if checked else None,
+        }
+    )
+    details = _details(
+        parsed,
+        schema_name,
+        compliance,
+        hallucination,
+        cot,
+        predicted,
+        gold,
+        metrics.schema_.mode,
+    )
+    return Scored(scores=scores, details=details, counts=counts)
