@@ -1,0 +1,399 @@
+"""Windowed aggregates of scored results: segments, keys and mergeable window state.
+
+Pure: no Kafka, no clock. A window's state is plain JSON-compatible data (a dict), so a
+changelog-backed table can hold it; `initialise` / `update` / `merge` / `to_message`
+follow the usual aggregator contract (`update` changes the state in place and returns
+it, so large windows are not copied per record). The suite's own figures come from an injected
+`SuiteAggregator` (looked up by the caller), never imported here.
+
+State layout (version 1):
+
+    {"v": 1, "suite": str, "segment": {label: value}, "window": [size, step, start],
+     "count": int,
+     "moments": {metric: [count, total, total_sq, min, max]},          # Moments.to_json
+     "samples": {metric: {"capacity": int, "items": {sample_id: value}}},  # Reservoir
+     "label_counts": {"Pass"|"Review"|"Fail": int}, "grade_counts": {"A".."F": int},
+     "suite_state": <SuiteAggregator state> | None,
+     "high_water": {"topic:partition": [last_offset, [sample_ids at last_offset]]},
+     "seen_ids": [sample_id, ...]}
+
+Replays are not counted twice. A result with a `source` is a replay when its input offset
+is below the high water of its input partition, or equal to it with an id already
+counted at that offset (one input record can yield several results: a whole alignment
+session gives one result per turn). Session results and results without a source are
+checked by id instead (sessions close on timers, out of offset order). `merge` assumes its
+two states counted disjoint results (e.g. different input partitions or time slices).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from bisect import insort
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from schemas.outputs import (
+    Aggregate,
+    AlignmentFigures,
+    CaseResult,
+    ExtractionFigures,
+    MetricSummary,
+    SafeFigures,
+)
+from worker.stats import Moments, Reservoir, bootstrap_ci, sample_key
+from worker.suites.base import Scored, State, SuiteAggregator
+from worker.windows import WindowKey
+
+STATE_VERSION = 1
+DEFAULT_RESERVOIR_SIZE = 512
+ALL_CASES = "all"
+UNKNOWN = "unknown"
+
+# Characters with a meaning in keys; escaped in label keys and values.
+_KEY_ESCAPES = {"%": "%25", "|": "%7C", ",": "%2C", "=": "%3D"}
+
+
+# ---------------------------------------------------------------- segments and keys
+
+
+def segments_for(
+    model: str | None, labels: Mapping[str, str], segment_by: Sequence[str]
+) -> list[dict[str, str]]:
+    """The all-cases segment `{}` and the segment of all `segment_by` keys.
+
+    A key's value is `labels[key]`; for `model` missing from the labels, the record's
+    `model`; otherwise `"unknown"`.
+    """
+    segments: list[dict[str, str]] = [{}]
+    if segment_by:
+        segment: dict[str, str] = {}
+        for key in segment_by:
+            if key in labels:
+                segment[key] = labels[key]
+            elif key == "model" and model:
+                segment[key] = model
+            else:
+                segment[key] = UNKNOWN
+        segments.append(segment)
+    return segments
+
+
+def _escape(text: str) -> str:
+    return "".join(_KEY_ESCAPES.get(char, char) for char in text)
+
+
+def segment_key(segment: Mapping[str, str]) -> str:
+    """Stable text of a segment: `"all"` for `{}`, else `k=v,k2=v2` sorted by key.
+
+    `%`, `|`, `,` and `=` inside keys and values are percent-escaped so that the text is
+    unambiguous inside an aggregate or gate key.
+    """
+    if not segment:
+        return ALL_CASES
+    return ",".join(f"{_escape(k)}={_escape(segment[k])}" for k in sorted(segment))
+
+
+def format_window_start(start: float) -> str:
+    """RFC 3339 UTC with a `Z`; milliseconds only when the start is not a whole second."""
+    moment = datetime.fromtimestamp(start, UTC)
+    if moment.microsecond:
+        return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def aggregate_key(suite: str, segment: Mapping[str, str], window: WindowKey) -> str:
+    """Kafka key of an aggregate: `{suite}|{segment}|{window name}|{window start}`.
+
+    e.g. `safe|model=gpt-4o|1h/5m|2024-05-01T12:05:00Z` (start in RFC 3339 UTC).
+    """
+    return f"{suite}|{segment_key(segment)}|{window.name}|{format_window_start(window.start)}"
+
+
+# ---------------------------------------------------------------- window state
+
+
+def initialise(
+    suite: str,
+    segment: Mapping[str, str],
+    window: WindowKey,
+    reservoir_size: int = DEFAULT_RESERVOIR_SIZE,
+) -> State:
+    """Empty state of one (suite, segment, window); `reservoir_size` bounds CI samples."""
+    return {
+        "v": STATE_VERSION,
+        "suite": suite,
+        "segment": dict(segment),
+        "window": window.to_json(),
+        "reservoir_size": reservoir_size,
+        "count": 0,
+        "moments": {},
+        "samples": {},
+        "label_counts": {},
+        "grade_counts": {},
+        "suite_state": None,
+        "high_water": {},
+        "seen_ids": [],
+    }
+
+
+def window_of(state: State) -> WindowKey:
+    return WindowKey.from_json(state["window"])
+
+
+def sample_id(result: CaseResult) -> str:
+    """Identity of a result inside its suite: kind and id (a turn and a session differ)."""
+    return f"{result.kind}:{result.id}"
+
+
+def scored_from(result: CaseResult) -> Scored:
+    """Rebuild the suite's `Scored` from a published result."""
+    return Scored(
+        scores=dict(result.scores),
+        label=result.label,
+        grade=result.grade,
+        details=dict(result.details),
+        counts=dict(result.counts),
+    )
+
+
+def is_replay(state: State, result: CaseResult) -> bool:
+    """Whether `result` was already counted in `state` (see the module docstring)."""
+    ident = sample_id(result)
+    if result.source is None or result.kind == "session":
+        return ident in state["seen_ids"]
+    mark = state["high_water"].get(_partition_key(result))
+    if mark is None:
+        return False
+    last_offset, ids_at_last = mark
+    offset = result.source.offset
+    return offset < last_offset or (offset == last_offset and ident in ids_at_last)
+
+
+def _partition_key(result: CaseResult) -> str:
+    assert result.source is not None
+    return f"{result.source.topic}:{result.source.partition}"
+
+
+def _remember(state: State, result: CaseResult) -> None:
+    ident = sample_id(result)
+    if result.source is None or result.kind == "session":
+        insort(state["seen_ids"], ident)
+        return
+    key = _partition_key(result)
+    offset = result.source.offset
+    last_offset, ids_at_last = state["high_water"].get(key, (-1, []))
+    if offset > last_offset:
+        state["high_water"][key] = [offset, [ident]]
+    else:
+        state["high_water"][key] = [last_offset, sorted({*ids_at_last, ident})]
+
+
+def update(
+    state: State, result: CaseResult, aggregator: SuiteAggregator | None
+) -> tuple[State, bool]:
+    """Fold one result into `state` in place and return it; `applied` is False for a replay.
+
+    None and non-finite scores are skipped (the metric is still listed). `aggregator` is
+    the suite's `SuiteAggregator` (None: no suite figures).
+    """
+    if is_replay(state, result):
+        return state, False
+    _remember(state, result)
+    state["count"] += 1
+    ident = sample_id(result)
+    capacity = int(state["reservoir_size"])
+    for metric, value in result.scores.items():
+        moments = Moments.from_json(state["moments"].get(metric, Moments().to_json()))
+        sample = state["samples"].setdefault(metric, {"capacity": capacity, "items": {}})
+        if value is not None and math.isfinite(value):
+            moments.add(float(value))
+            _sample_add(sample, ident, float(value))
+        state["moments"][metric] = moments.to_json()
+    if result.label is not None:
+        state["label_counts"][result.label] = state["label_counts"].get(result.label, 0) + 1
+    if result.grade is not None:
+        state["grade_counts"][result.grade] = state["grade_counts"].get(result.grade, 0) + 1
+    if aggregator is not None:
+        suite_state = state["suite_state"]
+        if suite_state is None:
+            suite_state = aggregator.initialise()
+        state["suite_state"] = aggregator.update(suite_state, scored_from(result))
+    return state, True
+
+
+def _sample_add(sample: dict[str, Any], ident: str, value: float) -> None:
+    """`Reservoir.add` without rehashing the sample for items that would not enter it.
+
+    `cutoff` caches the largest `sample_key` in a full sample (extra key, ignored by
+    `Reservoir.from_json`).
+    """
+    items: dict[str, float] = sample["items"]
+    capacity = int(sample["capacity"])
+    if ident in items or len(items) < capacity:
+        items[ident] = value
+        if len(items) == capacity:
+            sample["cutoff"] = max(sample_key(item) for item in items)
+        return
+    if sample_key(ident) >= sample["cutoff"]:
+        return
+    reservoir = Reservoir(capacity, items)
+    reservoir.add(ident, value)
+    sample["items"] = reservoir.items
+    sample["cutoff"] = max(sample_key(item) for item in reservoir.items)
+
+
+def _merge_samples(
+    left: dict[str, Any] | None, right: dict[str, Any] | None, capacity: int
+) -> dict[str, Any]:
+    empty = Reservoir(capacity).to_json()
+    merged = Reservoir.from_json(left or empty).merge(Reservoir.from_json(right or empty))
+    data: dict[str, Any] = {"capacity": capacity, "items": merged.items}
+    if len(merged.items) >= capacity:
+        data["cutoff"] = max(sample_key(item) for item in merged.items)
+    return data
+
+
+def _add_counts(left: Mapping[str, int], right: Mapping[str, int]) -> dict[str, int]:
+    return {key: left.get(key, 0) + right.get(key, 0) for key in sorted({*left, *right})}
+
+
+def _merge_high_water(left: Mapping[str, Any], right: Mapping[str, Any]) -> dict[str, Any]:
+    merged: dict[str, Any] = {}
+    for key in sorted({*left, *right}):
+        marks = [mark for mark in (left.get(key), right.get(key)) if mark is not None]
+        top = max(mark[0] for mark in marks)
+        ids = sorted({ident for offset, idents in marks if offset == top for ident in idents})
+        merged[key] = [top, ids]
+    return merged
+
+
+def merge(left: State, right: State, aggregator: SuiteAggregator | None) -> State:
+    """State of the union of two disjoint sets of results of the same window."""
+    if (left["suite"], left["segment"], left["window"]) != (
+        right["suite"],
+        right["segment"],
+        right["window"],
+    ):
+        raise ValueError("cannot merge the states of different windows or segments")
+    moments = {}
+    samples = {}
+    capacity = max(int(left["reservoir_size"]), int(right["reservoir_size"]))
+    for metric in sorted({*left["moments"], *right["moments"]}):
+        moments[metric] = (
+            Moments.from_json(left["moments"].get(metric, Moments().to_json()))
+            .merge(Moments.from_json(right["moments"].get(metric, Moments().to_json())))
+            .to_json()
+        )
+        samples[metric] = _merge_samples(
+            left["samples"].get(metric), right["samples"].get(metric), capacity
+        )
+    left_suite, right_suite = left["suite_state"], right["suite_state"]
+    if left_suite is None or right_suite is None:
+        suite_state = copy.deepcopy(left_suite if right_suite is None else right_suite)
+    elif aggregator is None:
+        raise ValueError("merging suite states needs the suite's aggregator")
+    else:
+        suite_state = aggregator.merge(left_suite, right_suite)
+    return {
+        "v": STATE_VERSION,
+        "suite": left["suite"],
+        "segment": dict(left["segment"]),
+        "window": list(left["window"]),
+        "reservoir_size": capacity,
+        "count": left["count"] + right["count"],
+        "moments": moments,
+        "samples": samples,
+        "label_counts": _add_counts(left["label_counts"], right["label_counts"]),
+        "grade_counts": _add_counts(left["grade_counts"], right["grade_counts"]),
+        "suite_state": suite_state,
+        "high_water": _merge_high_water(left["high_water"], right["high_water"]),
+        "seen_ids": sorted({*left["seen_ids"], *right["seen_ids"]}),
+    }
+
+
+# ---------------------------------------------------------------- the wire message
+
+
+def metric_summary(state: State, metric: str, confidence_intervals: bool = True) -> MetricSummary:
+    """Mean, min, max, population std and a bootstrap CI (over the reservoir) of a metric."""
+    moments = Moments.from_json(state["moments"][metric])
+    ci_low = ci_high = None
+    if confidence_intervals and moments.count:
+        values = Reservoir.from_json(state["samples"][metric]).values()
+        ci_low, ci_high = bootstrap_ci(values)
+    return MetricSummary(
+        mean=moments.mean,
+        min=None if moments.low is None else float(moments.low),
+        max=None if moments.high is None else float(moments.high),
+        std=moments.std,
+        ci_low=ci_low,
+        ci_high=ci_high,
+    )
+
+
+def pass_rate(state: State) -> float | None:
+    """Share of labelled results labelled Pass (None when nothing is labelled)."""
+    labelled = sum(state["label_counts"].values())
+    return state["label_counts"].get("Pass", 0) / labelled if labelled else None
+
+
+def to_message(
+    state: State,
+    final: bool,
+    emitted_at: datetime,
+    aggregator: SuiteAggregator | None,
+    confidence_intervals: bool = True,
+) -> Aggregate:
+    """The `llm.eval.aggregates.v1` value of a window state.
+
+    The suite's figures (`aggregator.figures`) go into `safe`, `extraction` or
+    `alignment` by suite. `confidence_intervals=False` skips the bootstrap (cheaper for
+    frequent interim emissions).
+    """
+    suite = state["suite"]
+    figures: dict[str, Any] = {}
+    if aggregator is not None and state["suite_state"] is not None:
+        raw = aggregator.figures(state["suite_state"])
+        if suite == "safe":
+            figures["safe"] = SafeFigures.model_validate(raw)
+        elif suite == "extraction":
+            figures["extraction"] = ExtractionFigures.model_validate(raw)
+        elif suite == "alignment":
+            figures["alignment"] = AlignmentFigures.model_validate(raw)
+    return Aggregate(
+        suite=suite,
+        segment=dict(state["segment"]),
+        window=window_of(state).span(),
+        final=final,
+        count=state["count"],
+        metrics={
+            metric: metric_summary(state, metric, confidence_intervals)
+            for metric in sorted(state["moments"])
+        },
+        label_counts=dict(state["label_counts"]),
+        pass_rate=pass_rate(state),
+        emitted_at=emitted_at,
+        **figures,
+    )
+
+
+__all__ = [
+    "ALL_CASES",
+    "DEFAULT_RESERVOIR_SIZE",
+    "aggregate_key",
+    "format_window_start",
+    "initialise",
+    "is_replay",
+    "merge",
+    "metric_summary",
+    "pass_rate",
+    "sample_id",
+    "scored_from",
+    "segment_key",
+    "segments_for",
+    "to_message",
+    "update",
+    "window_of",
+]
