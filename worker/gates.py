@@ -1,0 +1,160 @@
+"""Threshold gates over windowed aggregates, with hysteresis.
+
+Pure: no Kafka, no clock. A gate watches one statistic of one suite's aggregates for
+windows of size `gate.window`, separately for every segment. It fires when at least
+`min_count` cases are in the window and `value op threshold`; while firing it resolves
+once the value is back on the safe side of `clear` (i.e. `value op clear` no longer
+holds; `clear` defaults to the threshold). Both transitions need `min_count` cases; a
+missing value changes nothing. An event is emitted only on a state change.
+
+Ordering: several windows of the same size can be open at once (hopping windows, or a
+final aggregate arriving after the next window started). Per (gate, segment) only the
+newest window seen is evaluated; aggregates of older windows are ignored, so the gate does
+not flap between overlapping windows.
+
+State (`to_json`): `{"{gate}|{segment key}": {"firing": bool, "window_start": float}}`.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from schemas.outputs import Aggregate, GateEvent
+from worker.aggregation import segment_key
+from worker.config import GateConfig
+
+_OPS: dict[str, Callable[[float, float], bool]] = {
+    "<": operator.lt,
+    "<=": operator.le,
+    ">": operator.gt,
+    ">=": operator.ge,
+}
+_SUMMARY_STATS = ("mean", "min", "max", "std", "ci_low", "ci_high")
+_WINDOW_TOLERANCE = 1e-6
+
+
+def gate_key(gate: str, segment: Mapping[str, str]) -> str:
+    """Kafka key of a gate event and of its state: `{gate}|{segment key}`."""
+    return f"{gate}|{segment_key(segment)}"
+
+
+def gate_value(gate: GateConfig, aggregate: Aggregate) -> float | None:
+    """The statistic `gate` watches in `aggregate`, or None when it is not there.
+
+    `mean|min|max|std|ci_low|ci_high`: from `aggregate.metrics[metric]`; `count`: the
+    window's case count; `rate`: `pass_rate` / `overall` is the window's pass rate, else a
+    SAFE per-metric pass rate, else an extraction figure of that name.
+    """
+    value: float | None = None
+    if gate.stat == "count":
+        value = float(aggregate.count)
+    elif gate.stat in _SUMMARY_STATS:
+        summary = aggregate.metrics.get(gate.metric)
+        value = None if summary is None else getattr(summary, gate.stat)
+    elif gate.metric in ("pass_rate", "overall"):
+        value = aggregate.pass_rate
+    elif aggregate.safe is not None and gate.metric in aggregate.safe.pass_rates:
+        value = aggregate.safe.pass_rates[gate.metric]
+    elif aggregate.extraction is not None:
+        value = aggregate.extraction.metrics.get(gate.metric)
+    if value is None or not math.isfinite(value):
+        return None
+    return value
+
+
+def applies_to(gate: GateConfig, aggregate: Aggregate) -> bool:
+    """Whether `aggregate` is of the gate's suite and window size."""
+    return (
+        aggregate.suite == gate.suite
+        and abs(aggregate.window.size_s - gate.window) <= _WINDOW_TOLERANCE
+    )
+
+
+@dataclass
+class GateState:
+    """Where one gate stands for one segment."""
+
+    firing: bool = False
+    window_start: float | None = None  # newest window evaluated
+
+    def to_json(self) -> dict[str, Any]:
+        return {"firing": self.firing, "window_start": self.window_start}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> GateState:
+        return cls(bool(data["firing"]), data.get("window_start"))
+
+
+class GateEvaluator:
+    """Evaluates gates against aggregates; state per (gate, segment) is explicit."""
+
+    def __init__(
+        self, gates: Iterable[GateConfig], state: Mapping[str, Mapping[str, Any]] | None = None
+    ) -> None:
+        self.gates = list(gates)
+        self.states: dict[str, GateState] = {
+            key: GateState.from_json(value) for key, value in (state or {}).items()
+        }
+
+    def to_json(self) -> dict[str, dict[str, Any]]:
+        """Serialisable state; pass it back as `state` to resume."""
+        return {key: value.to_json() for key, value in sorted(self.states.items())}
+
+    def is_firing(self, gate: str, segment: Mapping[str, str]) -> bool:
+        state = self.states.get(gate_key(gate, segment))
+        return state is not None and state.firing
+
+    def evaluate(self, aggregate: Aggregate, ts: datetime | None = None) -> list[GateEvent]:
+        """Events for the gates whose state `aggregate` changes (`ts` defaults to its
+        `emitted_at`)."""
+        events = []
+        for gate in self.gates:
+            if not applies_to(gate, aggregate):
+                continue
+            event = self._evaluate_one(gate, aggregate, ts or aggregate.emitted_at)
+            if event is not None:
+                events.append(event)
+        return events
+
+    def _evaluate_one(
+        self, gate: GateConfig, aggregate: Aggregate, ts: datetime
+    ) -> GateEvent | None:
+        key = gate_key(gate.name, aggregate.segment)
+        state = self.states.setdefault(key, GateState())
+        start = aggregate.window.start.timestamp()
+        if state.window_start is not None and start < state.window_start:
+            return None  # an older window than one already evaluated
+        state.window_start = start
+        value = gate_value(gate, aggregate)
+        if value is None or aggregate.count < gate.min_count:
+            return None
+        compare = _OPS[gate.op]
+        clear = gate.threshold if gate.clear is None else gate.clear
+        if not state.firing and compare(value, gate.threshold):
+            state.firing = True
+        elif state.firing and not compare(value, clear):
+            state.firing = False
+        else:
+            return None
+        return GateEvent(
+            gate=gate.name,
+            state="firing" if state.firing else "resolved",
+            suite=gate.suite,
+            segment=dict(aggregate.segment),
+            metric=gate.metric,
+            stat=gate.stat,
+            op=gate.op,
+            threshold=gate.threshold,
+            value=value,
+            count=aggregate.count,
+            window=aggregate.window,
+            ts=ts,
+        )
+
+
+__all__ = ["GateEvaluator", "GateState", "applies_to", "gate_key", "gate_value"]
