@@ -79,9 +79,13 @@ def scorecard_lines(report: SafeBatchReport) -> list[Text]:
 
 
 def case_table(report: SafeBatchReport) -> Table:
-    """The per-case breakdown table."""
+    """The per-case breakdown table (with a Model column when models differ)."""
     table = Table(box=box.SQUARE, show_edge=True, pad_edge=True)
+    models = {case.model for case in report.cases}
+    show_model = len(models) > 1  # the same test answered by several models
     table.add_column("Test ID", min_width=15, no_wrap=True)
+    if show_model:
+        table.add_column("Model", no_wrap=True)
     table.add_column("Archetype", min_width=21, no_wrap=True)
     for metric in ("CR", "AH", "AC"):
         table.add_column(metric, justify="center", min_width=4)
@@ -91,6 +95,7 @@ def case_table(report: SafeBatchReport) -> Table:
         label = case.scored.label or ""
         table.add_row(
             case.test_id,
+            *([case.model or "-"] if show_model else []),
             case.archetype,
             *(f"{float(scores[m] or 0.0):.2f}" for m in ("CR", "AH", "AC")),
             Text(label.upper(), style=LABEL_STYLES.get(label, "")),
