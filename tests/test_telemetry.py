@@ -1,0 +1,240 @@
+"""Prometheus telemetry: names, labels and types; cardinality guard; a real /metrics."""
+
+from __future__ import annotations
+
+import urllib.request
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample
+
+from schemas.outputs import (
+    Aggregate,
+    CaseResult,
+    GateEvent,
+    MetricSummary,
+    SafeFigures,
+    Versions,
+    WindowSpan,
+)
+from worker.telemetry import LabelGuard, Telemetry, segment_label_names
+
+TS = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
+SPAN = WindowSpan(start=TS, end=TS + timedelta(minutes=1), size_s=60)
+
+
+def result(label: str | None = "Pass", scores: dict[str, float | None] | None = None) -> CaseResult:
+    return CaseResult.model_validate(
+        {
+            "id": "c1",
+            "suite": "safe",
+            "kind": "case",
+            "ts": TS,
+            "model": "m",
+            "scores": {"CR": 0.75, "AH": None} if scores is None else scores,
+            "label": label,
+            "versions": Versions(scorer="1", metrics="1"),
+            "scored_at": TS,
+        }
+    )
+
+
+def aggregate(segment: dict[str, str], start: datetime = TS, mean: float = 0.8) -> Aggregate:
+    return Aggregate(
+        suite="safe",
+        segment=segment,
+        window=WindowSpan(start=start, end=start + timedelta(minutes=1), size_s=60),
+        final=False,
+        count=4,
+        metrics={"CR": MetricSummary(mean=mean, min=0.5, max=1.0, std=0.2)},
+        label_counts={"Pass": 3, "Fail": 1},
+        pass_rate=0.75,
+        safe=SafeFigures(pass_rates={"CR": 0.5}, by_archetype={}),
+        emitted_at=start,
+    )
+
+
+def gate_event(state: str, segment: dict[str, str]) -> GateEvent:
+    return GateEvent.model_validate(
+        {
+            "gate": "safety-drop",
+            "state": state,
+            "suite": "alignment",
+            "segment": segment,
+            "metric": "safety",
+            "stat": "mean",
+            "op": "<",
+            "threshold": 0.9,
+            "value": 0.5,
+            "count": 30,
+            "window": SPAN,
+            "ts": TS,
+        }
+    )
+
+
+def families(telemetry: Telemetry) -> dict[str, Any]:
+    return {
+        family.name: family
+        for family in text_string_to_metric_families(telemetry.render().decode("utf-8"))
+    }
+
+
+def samples(telemetry: Telemetry, name: str) -> list[Sample]:
+    return [
+        sample
+        for family in families(telemetry).values()
+        for sample in family.samples
+        if sample.name == name
+    ]
+
+
+def value_of(telemetry: Telemetry, name: str, **labels: str) -> float:
+    [match] = [s for s in samples(telemetry, name) if s.labels == labels]
+    return match.value
+
+
+def exercise(telemetry: Telemetry) -> None:
+    telemetry.record_result(result(), scoring_seconds=0.02, e2e_seconds=1.5)
+    telemetry.record_dead_letter("oversized")
+    telemetry.record_late("safe")
+    telemetry.record_aggregate(aggregate({"model": "m"}), "1m")
+    telemetry.record_gate(gate_event("firing", {"model": "m"}))
+    telemetry.record_embedding_batch(16)
+
+
+def test_every_interface_metric_with_its_type_and_labels() -> None:
+    telemetry = Telemetry(segment_by=["model", "tenant"])
+    exercise(telemetry)
+    found = families(telemetry)
+    expected = {
+        "scorestream_cases": ("counter", {"suite", "label"}),
+        "scorestream_dead_letters": ("counter", {"reason"}),
+        "scorestream_score": ("histogram", {"suite", "metric", "le"}),
+        "scorestream_scoring_duration_seconds": ("histogram", {"suite", "le"}),
+        "scorestream_end_to_end_latency_seconds": ("histogram", {"suite", "le"}),
+        "scorestream_window_value": (
+            "gauge",
+            {"suite", "metric", "stat", "window", "model", "tenant"},
+        ),
+        "scorestream_gate_firing": ("gauge", {"gate", "model", "tenant"}),
+        "scorestream_embedding_batch_size": ("histogram", {"le"}),
+        "scorestream_late_records": ("counter", {"suite"}),
+    }
+    # prometheus_client also exposes `*_created` timestamps of counters and histograms
+    assert {name for name in found if not name.endswith("_created")} == set(expected)
+    for name, (kind, labels) in expected.items():
+        assert found[name].type == kind, name
+        main = [s for s in found[name].samples if not s.name.endswith("_created")]
+        assert main, name
+        for sample in main:
+            assert set(sample.labels) <= labels, (name, sample)
+        assert labels - {"le"} <= set().union(*(s.labels for s in main)), name
+    assert value_of(telemetry, "scorestream_cases_total", suite="safe", label="Pass") == 1
+    assert value_of(telemetry, "scorestream_dead_letters_total", reason="oversized") == 1
+    assert value_of(telemetry, "scorestream_late_records_total", suite="safe") == 1
+
+
+def test_score_histogram_has_tenth_buckets_and_skips_null_scores() -> None:
+    telemetry = Telemetry()
+    telemetry.record_result(result(scores={"CR": 0.75, "AH": None}))
+    buckets = {
+        s.labels["le"]: s.value
+        for s in samples(telemetry, "scorestream_score_bucket")
+        if s.labels["metric"] == "CR"
+    }
+    assert list(buckets) == [f"{tenth / 10:.1f}" for tenth in range(1, 11)] + ["+Inf"]
+    assert buckets["0.7"] == 0 and buckets["0.8"] == 1
+    assert {s.labels["metric"] for s in samples(telemetry, "scorestream_score_count")} == {"CR"}
+
+
+def test_null_label_is_counted_as_none() -> None:
+    telemetry = Telemetry()
+    telemetry.record_result(result(label=None))
+    assert value_of(telemetry, "scorestream_cases_total", suite="safe", label="none") == 1
+
+
+def test_window_values_and_all_cases_segment_has_empty_segment_labels() -> None:
+    telemetry = Telemetry(segment_by=["model"])
+    telemetry.record_aggregate(aggregate({}), "1m")
+    base = {"suite": "safe", "window": "1m", "model": ""}
+    metric = "scorestream_window_value"
+    assert value_of(telemetry, metric, metric="CR", stat="mean", **base) == 0.8
+    assert value_of(telemetry, metric, metric="CR", stat="std", **base) == 0.2
+    assert value_of(telemetry, metric, metric="pass_rate", stat="rate", **base) == 0.75
+    assert value_of(telemetry, metric, metric="CR", stat="rate", **base) == 0.5
+    assert value_of(telemetry, metric, metric="cases", stat="count", **base) == 4
+    stats = {s.labels["stat"] for s in samples(telemetry, metric) if s.labels["metric"] == "CR"}
+    assert "ci_low" not in stats  # no interval in the aggregate, no sample
+
+
+def test_window_value_follows_the_newest_window_only() -> None:
+    telemetry = Telemetry()
+    later = TS + timedelta(minutes=1)
+    telemetry.record_aggregate(aggregate({"model": "m"}, start=later, mean=0.6), "1m")
+    telemetry.record_aggregate(aggregate({"model": "m"}, start=TS, mean=0.9), "1m")  # old
+    labels = {"suite": "safe", "window": "1m", "model": "m", "metric": "CR", "stat": "mean"}
+    assert value_of(telemetry, "scorestream_window_value", **labels) == 0.6
+
+
+def test_gate_firing_is_one_then_zero_per_segment() -> None:
+    telemetry = Telemetry()
+    telemetry.record_gate(gate_event("firing", {"model": "a"}))
+    telemetry.record_gate(gate_event("firing", {"model": "b"}))
+    telemetry.record_gate(gate_event("resolved", {"model": "a"}))
+    name = "scorestream_gate_firing"
+    assert value_of(telemetry, name, gate="safety-drop", model="a") == 0
+    assert value_of(telemetry, name, gate="safety-drop", model="b") == 1
+
+
+def test_cardinality_guard_maps_overflow_to_other_and_truncates() -> None:
+    guard = LabelGuard(max_values=2, max_length=5)
+    assert [guard("model", v) for v in ("a", "b", "c", "a", "d")] == [
+        "a",
+        "b",
+        "other",
+        "a",
+        "other",
+    ]
+    assert guard("tenant", "c") == "c"  # bounds are per label name
+    assert guard("tenant", "abcdefgh") == "abcde"
+
+
+def test_segment_values_beyond_the_limit_collapse_into_other() -> None:
+    telemetry = Telemetry(segment_by=["model"], max_label_values=3)
+    for index in range(10):
+        telemetry.record_aggregate(aggregate({"model": f"m{index}"}), "1m")
+    models = {s.labels["model"] for s in samples(telemetry, "scorestream_window_value")}
+    assert models == {"m0", "m1", "m2", "other"}
+
+
+def test_segment_label_names_are_valid_and_do_not_collide() -> None:
+    assert segment_label_names(["model", "app.name", "suite", "9lives"]) == [
+        "model",
+        "app_name",
+        "segment_suite",
+        "segment_9lives",
+    ]
+
+
+def test_separate_objects_have_separate_registries() -> None:
+    first, second = Telemetry(), Telemetry()
+    first.record_dead_letter("parse")
+    assert samples(second, "scorestream_dead_letters_total") == []
+
+
+def test_metrics_endpoint_serves_the_registry_over_http() -> None:
+    telemetry = Telemetry()
+    telemetry.record_dead_letter("oversized")
+    _server, port = telemetry.serve(0, host="127.0.0.1")
+    try:
+        assert port > 0
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as reply:
+            assert reply.status == 200
+            body = reply.read().decode("utf-8")
+    finally:
+        telemetry.stop()
+    names = {s.name for f in text_string_to_metric_families(body) for s in f.samples}
+    assert "scorestream_dead_letters_total" in names
+    assert 'scorestream_dead_letters_total{reason="oversized"} 1.0' in body

@@ -1,0 +1,259 @@
+"""Prometheus metrics of the worker, on a registry owned by a `Telemetry` object.
+
+Names and labels are the interface's (fixed). Label values are bounded: per label name at
+most `max_label_values` distinct values are kept (later ones become `"other"`), and long
+values are cut to `max_label_length` characters. Segment label names come from
+`segment_by`; names that are not valid Prometheus label names are rewritten (invalid
+characters to `_`), and names that collide with a fixed label (`suite`, `metric`, `stat`,
+`window`, `gate`) get a `segment_` prefix.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import threading
+from collections.abc import Sequence
+from wsgiref.simple_server import WSGIServer
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+    start_http_server,
+)
+
+from schemas.outputs import Aggregate, CaseResult, GateEvent
+from worker.config import Settings
+
+OTHER = "other"
+NO_LABEL = "none"
+DEFAULT_MAX_LABEL_VALUES = 50
+DEFAULT_MAX_LABEL_LENGTH = 80
+
+SCORE_BUCKETS = tuple(round(tenth / 10, 1) for tenth in range(1, 11))
+SCORING_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+LATENCY_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+
+_FIXED_LABELS = frozenset({"suite", "metric", "stat", "window", "gate", "le", "quantile"})
+_INVALID_LABEL_CHARS = re.compile(r"[^a-zA-Z0-9_]")
+
+
+class LabelGuard:
+    """Bounds label cardinality: `max_values` distinct values per label name, then `other`."""
+
+    def __init__(
+        self,
+        max_values: int = DEFAULT_MAX_LABEL_VALUES,
+        max_length: int = DEFAULT_MAX_LABEL_LENGTH,
+    ) -> None:
+        self.max_values = max_values
+        self.max_length = max_length
+        self._seen: dict[str, set[str]] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, name: str, value: str) -> str:
+        value = value[: self.max_length]
+        with self._lock:
+            seen = self._seen.setdefault(name, set())
+            if value in seen:
+                return value
+            if len(seen) < self.max_values:
+                seen.add(value)
+                return value
+        return OTHER
+
+
+def segment_label_names(segment_by: Sequence[str]) -> list[str]:
+    """Prometheus label names for the segment keys, in `segment_by` order."""
+    names: list[str] = []
+    for key in segment_by:
+        name = _INVALID_LABEL_CHARS.sub("_", key).lstrip("_") or "segment"
+        if name[0].isdigit() or name in _FIXED_LABELS:
+            name = f"segment_{name}"
+        while name in names:
+            name = f"{name}_"
+        names.append(name)
+    return names
+
+
+class Telemetry:
+    """Every scorestream metric, on its own `CollectorRegistry`."""
+
+    def __init__(
+        self,
+        segment_by: Sequence[str] = ("model",),
+        max_label_values: int = DEFAULT_MAX_LABEL_VALUES,
+        max_label_length: int = DEFAULT_MAX_LABEL_LENGTH,
+    ) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.segment_by = list(segment_by)
+        self.segment_labels = segment_label_names(self.segment_by)
+        self.guard = LabelGuard(max_label_values, max_label_length)
+        self._servers: list[WSGIServer] = []
+        self._newest_window: dict[tuple[str, ...], float] = {}
+        registry = self.registry
+        self.cases = Counter(
+            "scorestream_cases_total",
+            "Scored cases, turns and sessions by label (none: no label).",
+            ["suite", "label"],
+            registry=registry,
+        )
+        self.dead_letters = Counter(
+            "scorestream_dead_letters_total",
+            "Inputs sent to the dead-letter topic, by reason.",
+            ["reason"],
+            registry=registry,
+        )
+        self.score = Histogram(
+            "scorestream_score",
+            "Per-case metric values.",
+            ["suite", "metric"],
+            buckets=SCORE_BUCKETS,
+            registry=registry,
+        )
+        self.scoring_duration = Histogram(
+            "scorestream_scoring_duration_seconds",
+            "Time spent scoring one input.",
+            ["suite"],
+            buckets=SCORING_BUCKETS,
+            registry=registry,
+        )
+        self.end_to_end_latency = Histogram(
+            "scorestream_end_to_end_latency_seconds",
+            "From the input's event time to its result being produced.",
+            ["suite"],
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.window_value = Gauge(
+            "scorestream_window_value",
+            "A statistic of the newest window of each suite, segment and window size.",
+            ["suite", "metric", "stat", "window", *self.segment_labels],
+            registry=registry,
+        )
+        self.gate_firing = Gauge(
+            "scorestream_gate_firing",
+            "1 while a gate fires for a segment, else 0.",
+            ["gate", *self.segment_labels],
+            registry=registry,
+        )
+        self.embedding_batch_size = Histogram(
+            "scorestream_embedding_batch_size",
+            "Texts per embedding batch.",
+            buckets=BATCH_BUCKETS,
+            registry=registry,
+        )
+        self.late_records = Counter(
+            "scorestream_late_records_total",
+            "Records for windows already closed (scored, not aggregated).",
+            ["suite"],
+            registry=registry,
+        )
+
+    @classmethod
+    def from_settings(cls, settings: Settings, max_label_values: int = 50) -> Telemetry:
+        return cls(segment_by=settings.segment_by, max_label_values=max_label_values)
+
+    def _segment_values(self, segment: dict[str, str]) -> list[str]:
+        """Guarded segment label values; `""` for keys not in the segment (all cases)."""
+        return [
+            self.guard(label, segment.get(key, ""))
+            for key, label in zip(self.segment_by, self.segment_labels, strict=True)
+        ]
+
+    def record_result(
+        self,
+        result: CaseResult,
+        scoring_seconds: float | None = None,
+        e2e_seconds: float | None = None,
+    ) -> None:
+        """Count a result, observe its scores and timings."""
+        suite = self.guard("suite", result.suite)
+        self.cases.labels(suite, self.guard("label", result.label or NO_LABEL)).inc()
+        for metric, value in result.scores.items():
+            if value is not None and math.isfinite(value):
+                self.score.labels(suite, self.guard("metric", metric)).observe(value)
+        if scoring_seconds is not None:
+            self.scoring_duration.labels(suite).observe(scoring_seconds)
+        if e2e_seconds is not None:
+            self.end_to_end_latency.labels(suite).observe(e2e_seconds)
+
+    def record_dead_letter(self, reason: str) -> None:
+        self.dead_letters.labels(self.guard("reason", reason)).inc()
+
+    def record_late(self, suite: str) -> None:
+        self.late_records.labels(self.guard("suite", suite)).inc()
+
+    def record_embedding_batch(self, size: int) -> None:
+        self.embedding_batch_size.observe(size)
+
+    def record_aggregate(self, aggregate: Aggregate, window_name: str) -> None:
+        """Set `scorestream_window_value` from an aggregate of window `window_name`.
+
+        Per-metric summaries use stats `mean|min|max|std|ci_low|ci_high`; the pass rate is
+        `{metric="pass_rate", stat="rate"}`, the case count `{metric="cases",
+        stat="count"}`, SAFE per-metric pass rates and extraction figures `stat="rate"`,
+        alignment sessions and turns `stat="count"`. Aggregates of a window older than the
+        newest one seen for the same suite, segment and window name are ignored.
+        """
+        segment = self._segment_values(aggregate.segment)
+        suite = self.guard("suite", aggregate.suite)
+        window = self.guard("window", window_name)
+        series = (suite, window, *segment)
+        start = aggregate.window.start.timestamp()
+        if start < self._newest_window.get(series, -math.inf):
+            return
+        self._newest_window[series] = start
+
+        def put(metric: str, stat: str, value: float | None) -> None:
+            if value is None or not math.isfinite(value):
+                return
+            labels = [suite, self.guard("metric", metric), stat, window, *segment]
+            self.window_value.labels(*labels).set(value)
+
+        for metric, summary in aggregate.metrics.items():
+            for stat, value in summary.model_dump().items():
+                put(metric, stat, value)
+        put("pass_rate", "rate", aggregate.pass_rate)
+        put("cases", "count", float(aggregate.count))
+        if aggregate.safe is not None:
+            for metric, rate in aggregate.safe.pass_rates.items():
+                put(metric, "rate", rate)
+        if aggregate.extraction is not None:
+            for metric, figure in aggregate.extraction.metrics.items():
+                put(metric, "rate", figure)
+        if aggregate.alignment is not None:
+            put("sessions", "count", float(aggregate.alignment.sessions))
+            put("turns", "count", float(aggregate.alignment.turns))
+
+    def record_gate(self, event: GateEvent) -> None:
+        """`scorestream_gate_firing` = 1 while firing, 0 once resolved."""
+        labels = [self.guard("gate", event.gate), *self._segment_values(event.segment)]
+        self.gate_firing.labels(*labels).set(1 if event.state == "firing" else 0)
+
+    def render(self) -> bytes:
+        """The registry in the Prometheus text exposition format."""
+        return generate_latest(self.registry)
+
+    def serve(self, port: int, host: str = "0.0.0.0") -> tuple[WSGIServer, int]:
+        """Serve `/metrics` on a daemon thread; `port=0` picks a free port.
+
+        Returns the server and the port actually bound. `stop()` shuts it down.
+        """
+        server, _thread = start_http_server(port, addr=host, registry=self.registry)
+        self._servers.append(server)
+        return server, int(server.server_port)
+
+    def stop(self) -> None:
+        """Shut down every server `serve` started."""
+        while self._servers:
+            server = self._servers.pop()
+            server.shutdown()
+            server.server_close()
+
+
+__all__ = ["LabelGuard", "Telemetry", "segment_label_names"]
