@@ -64,7 +64,11 @@ class Scorers:
             except (ImportError, AttributeError) as exc:
                 self.unavailable[suite] = f"suite {suite!r} is not available: {exc}"
                 raise SuiteUnavailable(self.unavailable[suite]) from exc
-            self._scorers[suite] = make(self.settings, self.options)
+            try:
+                self._scorers[suite] = make(self.settings, self.options)
+            except Exception as exc:  # e.g. a suite's own configuration check
+                self.unavailable[suite] = f"suite {suite!r} cannot start: {exc}"
+                raise SuiteUnavailable(self.unavailable[suite]) from exc
         return self._scorers[suite]
 
 
