@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from worker.suites.extraction.parsing import (
+    array_pattern_match,
     event_items,
     extract_json_text,
     fix_single_quotes,
@@ -173,3 +177,15 @@ def test_non_dict_items_are_dropped_from_events_but_kept_for_schema_checks() -> 
     assert result.method == "markdown_block"
     assert result.events == [EVENT]
     assert result.items == [EVENT, 1, ["x"]]
+
+
+@given(st.text(alphabet="[]{} \n\tax", max_size=40))
+def test_array_pattern_match_equals_the_reference_regex(text: str) -> None:
+    reference = re.search(r"\[\s*\{.*\}\s*\]", text, re.DOTALL)
+    assert array_pattern_match(text) == (reference.group(0) if reference else None)
+
+
+def test_array_pattern_is_linear_on_unclosed_openings() -> None:
+    response = "[{ " * 200_000  # the plain regex takes minutes here
+    assert array_pattern_match(response) is None
+    assert parse_response(response).method == "raw_json"

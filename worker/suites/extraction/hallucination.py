@@ -38,21 +38,18 @@ class HallucinationCheck:
         return counts
 
 
-def is_supported(argument: str, text: str, mode: HallucinationMode) -> bool:
-    """`exact_span`: a substring of the text; `normalized_substring`: the same with all
-    whitespace removed from both (case-sensitive)."""
-    if mode == "exact_span":
-        return argument in text
-    return strip_whitespace(argument) in strip_whitespace(text)
-
-
 def check_hallucination(
     events: list[dict[str, Any]], text: str, mode: HallucinationMode
 ) -> HallucinationCheck:
     """Check every dict argument (as `str`, None -> "None", at least 2 characters) of every
-    dict event; `arguments` that is null or not a list means no arguments."""
+    dict event; `arguments` that is null or not a list means no arguments.
+
+    `exact_span`: supported when a substring of the text; `normalized_substring`: the same
+    with all whitespace removed from both (case-sensitive).
+    """
     if not text:
         return HallucinationCheck(checked=False)
+    haystack = text if mode == "exact_span" else strip_whitespace(text)
     total = 0
     unsupported = []
     for event in events:
@@ -68,7 +65,8 @@ def check_hallucination(
             if len(value) < 2:
                 continue
             total += 1
-            if not is_supported(value, text, mode):
+            needle = value if mode == "exact_span" else strip_whitespace(value)
+            if needle not in haystack:
                 unsupported.append(
                     UnsupportedArgument(
                         label_text(event.get("event_type")),

@@ -24,7 +24,10 @@ RAW_JSON = "raw_json"
 NO_JSON_FOUND = "no_json_found"
 
 _MARKDOWN = re.compile(r"```(?:json)?\s*\n?(.*?)\n?```", re.DOTALL | re.IGNORECASE)
-_ARRAY = re.compile(r"\[\s*\{.*\}\s*\]", re.DOTALL)
+# The array pattern is `\[\s*\{.*\}\s*\]` (dot matches newlines, greedy). Matched by hand
+# in linear time: the regex backtracks quadratically on many "[{" without a later "}]".
+_ARRAY_OPEN = re.compile(r"\[\s*\{")
+_ARRAY_CLOSE = re.compile(r"\}\s*\]")
 _OBJECT = re.compile(r"\{[^{}]*(?:\{[^{}]*\}[^{}]*)*\}")
 
 _PUNCTUATION = str.maketrans("，：；“”‘’【】（）｛｝", ",:;\"\"''[](){}")
@@ -52,6 +55,18 @@ class ParseResult:
         return self.success and bool(self.repair_steps)
 
 
+def array_pattern_match(text: str) -> str | None:
+    """What `re.search(r"\\[\\s*\\{.*\\}\\s*\\]", text, re.DOTALL)` matches, in linear time:
+    from the first "[{" to the last "}]" whose "}" comes after that "{"."""
+    opening = _ARRAY_OPEN.search(text)
+    if opening is None:
+        return None
+    end = None
+    for closing in _ARRAY_CLOSE.finditer(text, opening.end()):
+        end = closing.end()
+    return None if end is None else text[opening.start() : end]
+
+
 def extract_json_text(response: str) -> tuple[str, str | None]:
     """The extraction method that applies first and the text it extracted (None: none)."""
     if not response.strip():
@@ -59,8 +74,8 @@ def extract_json_text(response: str) -> tuple[str, str | None]:
     blocks = _MARKDOWN.findall(response)
     if blocks:
         return MARKDOWN_BLOCK, blocks[-1].strip()
-    if match := _ARRAY.search(response):
-        return ARRAY_PATTERN, match.group(0)
+    if (array := array_pattern_match(response)) is not None:
+        return ARRAY_PATTERN, array
     if match := _OBJECT.search(response):
         return OBJECT_PATTERN, match.group(0)
     if "[]" in response:
