@@ -1,0 +1,233 @@
+"""Deterministic trait detectors: formality, tone and verbosity of a response.
+
+The detectors count linguistic cues; no model is involved, so a text always gets the same
+traits. Cues (all case-insensitive):
+
+Formality (`formal` | `business_casual` | `casual`)
+- casual cues: slang and chat abbreviations ("gonna", "lol", "tbh", "yep", "awesome"),
+  emoji, exclamation marks (up to 3 count), interjections ("oh", "wow", "haha"), a
+  lower-case start. Two or more casual points make a text `casual`.
+- formal cues: formal connectives and set phrases ("furthermore", "consequently",
+  "prior to", "in accordance with", "please note", "we recommend"), passive constructions
+  ("has been received"), long words (mean length >= 5.5 letters) and, for texts of ten or
+  more words, the absence of contractions. A text with no contractions and two or more
+  formal points is `formal`.
+- anything else (plain, polite, contractions allowed, no slang) is `business_casual`.
+
+Tone (`professional` | `friendly` | `technical` | `conversational`)
+- technical: jargon density (domain terms such as "latency", "endpoint", "variance"),
+  code-like tokens (snake_case, dotted.names, `backticks`, calls, 1e-3), numbers with
+  units, bare numbers (half a point) and upper-case acronyms. At least three technical
+  points, or two with one code token, make the tone `technical`.
+- friendly: exclamation marks, emoji and warm words ("glad", "love", "enjoy", "welcome").
+- conversational: questions to the reader, discourse markers ("so", "well", "you know",
+  "honestly", "I mean"), first-person hedges ("I think", "I guess", "probably").
+- professional: service and courtesy cues ("please", "thank you for", "we apologise",
+  "your request", "business days", "processed"); it is also the tone of a neutral text.
+  The tone with the most points wins; ties go professional > friendly > conversational.
+
+Verbosity by word count: `concise` <= 60 words, `balanced` up to 180, `detailed` beyond
+(limits from `alignment.verbosity`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from worker.config import VerbosityLimits
+
+TRAIT_VALUES: dict[str, tuple[str, ...]] = {
+    "formality": ("formal", "business_casual", "casual"),
+    "tone": ("professional", "friendly", "technical", "conversational"),
+    "verbosity": ("concise", "balanced", "detailed"),
+}
+
+_WORD = re.compile(r"[A-Za-z0-9]+(?:['’][A-Za-z]+)*")
+_CONTRACTION = re.compile(
+    r"\b(?:\w+n['’]t|\w+['’](?:re|ve|ll|d|m)|(?:it|that|what|there|here|he|she|who|let)['’]s)\b",
+    re.IGNORECASE,
+)
+_EMOJI = re.compile("[\U0001f300-\U0001faff\u2600-\u27bf\u2b50\u2764]")
+_PASSIVE = re.compile(
+    r"\b(?:is|are|was|were|be|been|being)\s+(?:\w+ly\s+)?\w+(?:ed|en)\b", re.IGNORECASE
+)
+
+
+def _phrases(listing: str) -> re.Pattern[str]:
+    """A word-bounded, case-insensitive regex of `|`-separated words and phrases."""
+    items = [item.strip() for item in listing.split("|") if item.strip()]
+    body = "|".join(r"\s+".join(re.escape(word) for word in item.split()) for item in items)
+    return re.compile(rf"(?<!\w)(?:{body})(?!\w)", re.IGNORECASE)
+
+
+_SLANG = _phrases(
+    "lol | lmao | haha | hehe | gonna | wanna | gotta | gimme | kinda | sorta | yeah | yep | "
+    "yup | nope | nah | tbh | btw | omg | imo | ooh | awesome | cool | super | totally | "
+    "stuff | hey | yay | dude | gotcha | ya | y'all | no worries"
+)
+_INTERJECTION = _phrases("oh | wow | whoa | oops | ugh | aw | hmm")
+_FORMAL = _phrases(
+    "therefore | furthermore | moreover | consequently | accordingly | hence | thus | "
+    "regarding | pursuant | hereby | herein | kindly | prior to | in accordance with | please "
+    "note | we regret | it is advisable | it is recommended | we recommend | shall | whereas "
+    "| subsequently | approximately | additionally | nevertheless | notwithstanding | "
+    "appropriate | at this time | be advised | relative to | indicates | further"
+)
+_JARGON = _phrases(
+    "api | endpoint | latency | throughput | p95 | p99 | query | queries | index | schema | "
+    "json | sql | http | https | cache | ttl | deploy | container | kubernetes | cluster | "
+    "memory | heap | jvm | cpu | gpu | thread | token | backoff | exponential | retry | "
+    "regression | variance | estimator | coefficient | coefficients | baseline | distribution "
+    "| confidence interval | standard deviation | auc | precision | recall | feature | "
+    "features | pipeline | configuration | parameter | parameters | algorithm | join | sample "
+    "size | regularisation | regularization | standardised | signal | cohort | percentile | "
+    "median | metric | metrics | dataset | anomaly | seasonality | attribution | significance "
+    "| p-value | correlation | restart | service | bandwidth | payload | arguments | array | "
+    "cli | sdk | webhook | oauth | ssl | tls | partition | partitions | consumer | producer | "
+    "broker | lag | timeout | jitter | gradient | learning rate | epoch | batch size | norm | "
+    "loss | inference | bootstrap | resamples | interval | mean | means | quantile | "
+    "histogram | hypothesis | sampling | throttle | rate limit | replica | shard | node | "
+    "runtime | compiler | function | variable | integer | string | hash | encryption | "
+    "database | server | load balancer | dns | tcp | firewall | kernel | module"
+)
+_CODE = re.compile(
+    r"`[^`]+`|\b[a-z]+_[a-z0-9_]+\b|\b\w+\.(?:conf|py|json|yaml|yml|sql|js)\b|\b\w+\(\)"
+    r"|\b[a-z]+[A-Z]\w*\b|\([a-z_]+,\s*[a-z_]+\)|\b[a-z]+(?:\.[a-z]+){2,}\b"
+    r"|\b\d+(?:\.\d+)?e-?\d+\b",
+)
+_UNIT_NUMBER = re.compile(r"\b\d+(?:\.\d+)?\s?(?:ms|s|gb|mb|kb|%|x|k|m)\b", re.IGNORECASE)
+_NUMBER = re.compile(r"(?<![\w.])\d+(?:[.,]\d+)?(?![\w.]*[A-Za-z])")
+_ACRONYM = re.compile(r"\b[A-Z]{2,}[0-9]*\b")
+_NOT_ACRONYMS = {"OK", "US", "UK", "EU", "AM", "PM", "FAQ", "ID", "OMG", "LOL", "TBH", "BTW"}
+_WARM = _phrases(
+    "glad | happy | love | great | awesome | wonderful | thrilled | enjoy | welcome | thanks "
+    "so much | thank you so much | appreciate | hope | yay | fun | excited | aw | missed you "
+    "| say hi | have fun | made our day | great news | so happy | so glad"
+)
+_CONVERSATIONAL = _phrases(
+    "so | well | you know | honestly | actually | i mean | i guess | i think | i'd say | "
+    "anyway | right | hmm | personally | kind of | probably | maybe | what do you reckon | "
+    "don't you think | here's the thing | you know what | i was wondering | let's just | "
+    "either way | depends"
+)
+_PROFESSIONAL = _phrases(
+    "please | thank you for | we apologise | we apologize | apologies | confirm | your "
+    "account | your request | your case | processed | proceed | business days | for security "
+    "reasons | escalated | kindly | we are unable | resolved | registered | allow | approved "
+    "| verified | statement | confirmation | inconvenience | select | go to | menu | contact "
+    "you | access"
+)
+
+
+def words_of(text: str) -> list[str]:
+    """Words (letters/digits, contractions kept whole) of a text."""
+    return _WORD.findall(text)
+
+
+def word_count(text: str) -> int:
+    return len(words_of(text))
+
+
+@dataclass(frozen=True)
+class FormalityCues:
+    casual: float
+    formal: float
+    contractions: int
+
+
+def formality_cues(text: str) -> FormalityCues:
+    """Casual and formal points of a text (see the module docstring)."""
+    words = words_of(text)
+    contractions = len(_CONTRACTION.findall(text))
+    casual = 2.0 * len(_SLANG.findall(text)) + 2.0 * len(_EMOJI.findall(text))
+    casual += min(text.count("!"), 3) + len(_INTERJECTION.findall(text))
+    stripped = text.lstrip()
+    if stripped[:1].isalpha() and stripped[:1].islower():
+        casual += 1.0
+    formal = 1.5 * len(_FORMAL.findall(text)) + len(_PASSIVE.findall(text))
+    letters = [len(word) for word in words if word.isalpha()]
+    if letters and sum(letters) / len(letters) >= 5.5:
+        formal += 1.0
+    if len(words) >= 10 and contractions == 0:
+        formal += 1.0
+    return FormalityCues(casual=casual, formal=formal, contractions=contractions)
+
+
+def detect_formality(text: str) -> str:
+    """`formal`, `business_casual` or `casual`."""
+    cues = formality_cues(text)
+    if cues.casual >= 2.0:
+        return "casual"
+    if cues.contractions == 0 and cues.formal >= 2.0:
+        return "formal"
+    return "business_casual"
+
+
+def tone_points(text: str) -> dict[str, float]:
+    """Points per tone (see the module docstring)."""
+    acronyms = [a for a in _ACRONYM.findall(text) if a not in _NOT_ACRONYMS]
+    code = len(_CODE.findall(text))
+    technical = len(_JARGON.findall(text)) + 2.0 * code + len(_UNIT_NUMBER.findall(text))
+    technical += len(acronyms) + 0.5 * len(_NUMBER.findall(text))
+    friendly = min(text.count("!"), 3) + 2.0 * len(_EMOJI.findall(text))
+    friendly += len(_WARM.findall(text))
+    conversational = text.count("?") + len(_CONVERSATIONAL.findall(text))
+    professional = 0.5 + len(_PROFESSIONAL.findall(text))
+    return {
+        "technical": technical if (technical >= 3 or (technical >= 2 and code)) else 0.0,
+        "professional": professional,
+        "friendly": friendly,
+        "conversational": conversational,
+    }
+
+
+def detect_tone(text: str) -> str:
+    """`professional`, `friendly`, `technical` or `conversational`."""
+    points = tone_points(text)
+    if points["technical"] >= max(points["friendly"], points["conversational"], 3.0):
+        return "technical"
+    order = ("professional", "friendly", "conversational")
+    return max(order, key=lambda tone: (points[tone], -order.index(tone)))
+
+
+def detect_verbosity(text: str, limits: VerbosityLimits | None = None) -> str:
+    """`concise`, `balanced` or `detailed` by word count."""
+    limits = limits or VerbosityLimits()
+    count = word_count(text)
+    if count <= limits.concise_max_words:
+        return "concise"
+    if count <= limits.balanced_max_words:
+        return "balanced"
+    return "detailed"
+
+
+def detect_traits(text: str, limits: VerbosityLimits | None = None) -> dict[str, str]:
+    """All three detected traits of a text."""
+    return {
+        "formality": detect_formality(text),
+        "tone": detect_tone(text),
+        "verbosity": detect_verbosity(text, limits),
+    }
+
+
+@dataclass(frozen=True)
+class TraitResult:
+    """Declared vs detected traits; `score` is None when no trait is declared."""
+
+    score: float | None
+    detected: dict[str, str]
+    matched: list[str]
+    mismatched: list[str]
+
+
+def match_traits(
+    text: str, declared: Mapping[str, str], limits: VerbosityLimits | None = None
+) -> TraitResult:
+    """`traits = matched / declared` for the persona's declared traits."""
+    detected = detect_traits(text, limits)
+    matched = [name for name, value in declared.items() if detected.get(name) == value]
+    mismatched = [name for name in declared if name not in matched]
+    score = len(matched) / len(declared) if declared else None
+    return TraitResult(score=score, detected=detected, matched=matched, mismatched=mismatched)
