@@ -258,6 +258,21 @@ class TopicNames(Section):
     dead_letters: str = "llm.responses.v1.dlq"
 
 
+class StreamSettings(Section):
+    """Kafka client and Faust tuning. Defaults suit Apache Kafka; the embedded broker and
+    the tests shorten the group timeouts and keep one record per produce batch (Tansu
+    reports wrong end offsets after multi-record batches, which breaks table recovery)."""
+
+    partitions: int = Field(default=4, ge=1)
+    session_timeout: Duration = 60.0
+    rebalance_timeout: Duration = 60.0
+    heartbeat_interval: Duration = 3.0
+    commit_interval: Duration = 2.8
+    producer_max_batch_size: int | None = Field(default=None, ge=1)
+    tick_interval: Duration = 1.0
+    dedupe_horizon: Duration = 7200.0
+
+
 class Settings(BaseSettings):
     """Everything scorestream can be configured with."""
 
@@ -283,6 +298,7 @@ class Settings(BaseSettings):
     reservoir_size: int = Field(default=512, ge=2)
     embedding_batch_size: int = Field(default=64, ge=1)
     embedding_batch_wait: Duration = 0.05
+    stream: StreamSettings = Field(default_factory=StreamSettings)
     alignment: AlignmentSettings = Field(default_factory=AlignmentSettings)
     extraction: ExtractionSettings = Field(default_factory=ExtractionSettings)
     safe: SafeSettings = Field(default_factory=SafeSettings)

@@ -1,0 +1,149 @@
+"""`scorestream worker`, `produce` and `topics`: the commands that talk to Kafka."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+from aiokafka import AIOKafkaProducer
+
+from topics.catalog import AGGREGATES, DEAD_LETTERS, GATES, INPUT, RESULTS
+from topics.provision import bootstrap_servers, create_topics, list_topics
+from worker.cli import EXIT_ERROR, UsageError
+from worker.config import ConfigError, Settings, TopicNames, load_settings
+
+
+def settings_for(args: argparse.Namespace) -> Settings:
+    """Settings from `--config` and `--broker`; a bad config is a usage error (exit 3)."""
+    overrides: dict[str, Any] = {}
+    if getattr(args, "broker", None):
+        overrides["broker"] = args.broker
+    try:
+        return load_settings(getattr(args, "config", None), overrides=overrides)
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def broker_of(settings: Settings) -> str:
+    if not settings.broker:
+        raise UsageError("no broker: pass --broker, set SCORESTREAM_BROKER or `broker:` in config")
+    return settings.broker
+
+
+def topic_names(names: TopicNames) -> dict[str, str]:
+    """Catalog name -> configured name."""
+    return {
+        INPUT: names.input,
+        RESULTS: names.results,
+        AGGREGATES: names.aggregates,
+        GATES: names.gates,
+        DEAD_LETTERS: names.dead_letters,
+    }
+
+
+def run_worker(args: argparse.Namespace) -> int:
+    """Run the streaming worker until interrupted."""
+    import faust
+
+    from worker.app import ScorestreamApp
+
+    settings = settings_for(args)
+    broker = broker_of(settings)
+    asyncio.run(create_topics(broker, topic_names(settings.topics), settings.stream.partitions))
+    try:
+        scorer = ScorestreamApp(settings, broker)
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from None
+    scorer.engines.warm_up()
+    _server, port = scorer.telemetry.serve(settings.metrics_port)
+    print(f"scorestream worker: metrics on http://127.0.0.1:{port}/metrics", file=sys.stderr)
+    try:
+        faust.Worker(scorer.app, loglevel="info").execute_from_commandline()
+    finally:
+        scorer.telemetry.stop()
+    return 0
+
+
+def record_key(line: bytes) -> bytes | None:
+    """The advisory key: `payload.session_id` for alignment, `id` otherwise."""
+    try:
+        data = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(data, dict):
+        return None
+    payload = data.get("payload")
+    if data.get("suite") == "alignment" and isinstance(payload, dict):
+        session = payload.get("session_id")
+        if isinstance(session, str):
+            return session.encode("utf-8")
+    ident = data.get("id")
+    return ident.encode("utf-8") if isinstance(ident, str) else None
+
+
+async def produce_lines(
+    bootstrap: str, topic: str, lines: list[bytes], rate: float | None = None
+) -> int:
+    """Publish each line as one record (bad lines too: the worker dead-letters them)."""
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5)
+    await producer.start()
+    try:
+        started = time.monotonic()
+        for index, line in enumerate(lines):
+            if rate:
+                delay = started + index / rate - time.monotonic()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+            await producer.send(topic, line, key=record_key(line))
+        await producer.flush()
+    finally:
+        await producer.stop()
+    return len(lines)
+
+
+def read_lines(path: Path) -> list[bytes]:
+    """Non-blank lines of a JSONL file, as bytes."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise UsageError(f"{path}: {exc.strerror}") from None
+    return [line.rstrip(b"\r") for line in data.split(b"\n") if line.strip()]
+
+
+def run_produce(args: argparse.Namespace) -> int:
+    settings = settings_for(args)
+    broker = broker_of(settings)
+    lines = read_lines(Path(args.file))
+    topic = args.topic or settings.topics.input
+    if args.rate is not None and args.rate <= 0:
+        raise UsageError("--rate must be positive")
+    sent = asyncio.run(produce_lines(bootstrap_servers(broker), topic, lines, args.rate))
+    print(f"produced {sent} records to {topic}", file=sys.stderr)
+    return 0
+
+
+def run_topics(args: argparse.Namespace) -> int:
+    settings = settings_for(args)
+    broker = broker_of(settings)
+    names = topic_names(settings.topics)
+    if args.action == "create":
+        created = asyncio.run(create_topics(broker, names, None))
+        for name in created:
+            print(f"created {name}")
+        if not created:
+            print("all topics exist")
+        return 0
+    try:
+        statuses = asyncio.run(list_topics(broker, names))
+    except Exception as exc:  # connection problems are runtime errors
+        print(f"scorestream topics: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    for status in statuses:
+        found = "missing" if status.partitions is None else f"{status.partitions} partitions"
+        print(f"{status.name:32} {found:16} (catalog: {status.expected_partitions})")
+    return 0

@@ -1,0 +1,185 @@
+"""Turning raw input records into validated envelopes, results and dead letters.
+
+No Kafka here: the streaming agents pass bytes and their source position in, and send what
+comes out. Every failure has a `reason` (the dead letter's `error.type` and the
+`scorestream_dead_letters_total{reason}` label).
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import orjson
+from pydantic import TypeAdapter, ValidationError
+
+from schemas.envelope import InputRecord
+from schemas.outputs import (
+    CaseResult,
+    DeadLetter,
+    DeadLetterError,
+    DeadLetterSource,
+    RecordSource,
+    Versions,
+)
+from worker.suites.base import SCORER_VERSION, Scored
+
+INPUT_RECORDS: TypeAdapter[InputRecord] = TypeAdapter(InputRecord)
+
+# Dead-letter reasons (bounded set: they are Prometheus label values).
+OVERSIZED = "oversized"
+NOT_UTF8 = "not_utf8"
+INVALID_JSON = "invalid_json"
+INVALID_RECORD = "invalid_record"
+UNKNOWN_SUITE = "unknown_suite"
+UNKNOWN_PERSONA = "unknown_persona"
+UNKNOWN_SCHEMA = "unknown_schema"
+SCORING_ERROR = "scoring_error"
+
+
+class Rejected(Exception):
+    """An input record that cannot be scored, with the dead-letter reason."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+
+@dataclass(frozen=True)
+class SourcePosition:
+    """Where a record was read: topic, partition, offset and the record timestamp."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp: datetime | None = None
+
+
+def describe_validation_error(exc: ValidationError) -> str:
+    """`payload.output.signals: Input should be a valid list; ...` (first few problems)."""
+    parts = []
+    for err in exc.errors()[:5]:
+        where = ".".join(str(part) for part in err["loc"]) or "(record)"
+        parts.append(f"{where}: {err['msg']}")
+    more = len(exc.errors()) - 5
+    if more > 0:
+        parts.append(f"... and {more} more")
+    return "; ".join(parts)
+
+
+def decode_record(raw: bytes | None, max_bytes: int) -> InputRecord:
+    """Validate one raw input value; raises `Rejected` with the reason."""
+    if raw is None:
+        raise Rejected(INVALID_RECORD, "the record has no value (tombstone)")
+    if len(raw) > max_bytes:
+        raise Rejected(OVERSIZED, f"record of {len(raw)} bytes is over {max_bytes} bytes")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise Rejected(NOT_UTF8, f"not UTF-8: {exc}") from None
+    try:
+        data = orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        raise Rejected(INVALID_JSON, f"not JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise Rejected(INVALID_RECORD, f"expected a JSON object, got {type(data).__name__}")
+    suite = data.get("suite")
+    if suite is not None and suite not in ("alignment", "extraction", "safe"):
+        raise Rejected(UNKNOWN_SUITE, f"unknown suite {suite!r}")
+    try:
+        return INPUT_RECORDS.validate_python(data)
+    except ValidationError as exc:
+        raise Rejected(INVALID_RECORD, describe_validation_error(exc)) from None
+
+
+def dead_letter(
+    raw: bytes | None,
+    reason: str,
+    message: str,
+    source: SourcePosition,
+    max_raw_bytes: int,
+    now: datetime,
+) -> DeadLetter:
+    """The dead-letter message for a rejected record (raw value kept, cut to a bound)."""
+    data = raw or b""
+    cut = data[:max_raw_bytes]
+    text: str | None = None
+    encoded: str | None = None
+    try:
+        text = data.decode("utf-8")
+        if len(data) > max_raw_bytes:
+            text = cut.decode("utf-8", errors="ignore")
+    except UnicodeDecodeError:
+        encoded = base64.b64encode(cut).decode("ascii")
+    return DeadLetter(
+        error=DeadLetterError(type=reason, message=message),
+        raw=text,
+        raw_b64=encoded,
+        raw_truncated=len(data) > max_raw_bytes,
+        raw_size=len(data),
+        source=DeadLetterSource(
+            topic=source.topic,
+            partition=source.partition,
+            offset=source.offset,
+            timestamp=source.timestamp,
+        ),
+        failed_at=now,
+    )
+
+
+def result_key(suite: str, case_id: str) -> str:
+    """Key on the results topic: `{suite}:{id}` (sessions: `alignment:session:{id}`)."""
+    return f"{suite}:{case_id}"
+
+
+def build_result(
+    *,
+    case_id: str,
+    suite: str,
+    kind: str,
+    scored: Scored,
+    event_time: datetime,
+    model: str | None,
+    labels: Mapping[str, str],
+    versions: Versions,
+    source: SourcePosition | None,
+    scored_at: datetime,
+    received_at: datetime | None = None,
+) -> CaseResult:
+    """A `CaseResult` message from a pure `Scored` and the record's metadata."""
+    latency_ms = None
+    if received_at is not None:
+        latency_ms = max(0.0, (scored_at - received_at).total_seconds() * 1000.0)
+    return CaseResult.model_validate(
+        {
+            "id": case_id,
+            "suite": suite,
+            "kind": kind,
+            "ts": event_time,
+            "model": model,
+            "labels": dict(labels),
+            "scores": dict(scored.scores),
+            "label": scored.label,
+            "grade": scored.grade,
+            "details": scored.details,
+            "counts": scored.counts,
+            "versions": versions,
+            "source": None
+            if source is None
+            else RecordSource(topic=source.topic, partition=source.partition, offset=source.offset),
+            "scored_at": scored_at,
+            "latency_ms": latency_ms,
+        },
+        strict=False,
+    )
+
+
+def scorer_versions(metrics: str, protocol: str | None = None) -> Versions:
+    return Versions(scorer=SCORER_VERSION, metrics=metrics, protocol=protocol)
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
