@@ -21,11 +21,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import tempfile
 import time
 import weakref
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import faust
@@ -79,6 +81,8 @@ def faust_settings(settings: Settings, broker: str) -> dict[str, Any]:
         "broker_commit_interval": stream.commit_interval,
         "consumer_auto_offset_reset": "earliest",
         "web_enabled": False,
+        # Tables live in memory; keep Faust's data directory out of the working tree.
+        "datadir": str(Path(tempfile.gettempdir()) / "scorestream-data" / settings.app_id),
     }
     if stream.producer_max_batch_size is not None:
         options["producer_max_batch_size"] = stream.producer_max_batch_size
