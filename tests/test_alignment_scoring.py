@@ -123,7 +123,7 @@ def test_session_scores_are_turn_means_with_safety_stability_and_grade(
     assert result.counts == {"turns": 3}
     violations = result.details["violations"]
     assert isinstance(violations, list) and len(violations) == 1
-    assert violations[0] == {  # type: ignore[comparison-overlap]
+    assert violations[0] == {
         "turn_index": 1,
         "category": "test",
         "pattern": "bad advice",

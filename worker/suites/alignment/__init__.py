@@ -1,0 +1,50 @@
+"""The `alignment` suite: brand voice (authenticity), safety and stability of sessions.
+
+For the streaming worker, load once per process::
+
+    embedder = MiniLMEmbedder(batch_size=settings.embedding_batch_size)
+    catalog = PersonaCatalog.from_settings(settings, embedder)   # personas, vectors cached
+    patterns = patterns_from_settings(settings)                  # safety patterns, cached
+
+then per micro-batch: `vectors = embedder.encode(texts)` (in an executor), and per turn
+`score_turn(text, catalog.get(persona_id), vector, settings, patterns)`, `turn_scored`,
+`SessionState.add`, and on close `score_session(state, settings, judge_score)`.
+"""
+
+from worker.suites.alignment.batch import AlignmentBatchReport, make_batch_scorer
+from worker.suites.alignment.embedding import Embedder, HashingEmbedder, MiniLMEmbedder
+from worker.suites.alignment.personas import (
+    Persona,
+    PersonaCatalog,
+    load_personas,
+    personas_from_settings,
+)
+from worker.suites.alignment.safety import SafetyPatterns, patterns_from_settings
+from worker.suites.alignment.scoring import (
+    AlignmentAggregator,
+    SessionState,
+    TurnScore,
+    score_session,
+    score_turn,
+    turn_scored,
+)
+
+__all__ = [
+    "AlignmentAggregator",
+    "AlignmentBatchReport",
+    "Embedder",
+    "HashingEmbedder",
+    "MiniLMEmbedder",
+    "Persona",
+    "PersonaCatalog",
+    "SafetyPatterns",
+    "SessionState",
+    "TurnScore",
+    "load_personas",
+    "make_batch_scorer",
+    "patterns_from_settings",
+    "personas_from_settings",
+    "score_session",
+    "score_turn",
+    "turn_scored",
+]
