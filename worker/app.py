@@ -82,7 +82,7 @@ def faust_settings(settings: Settings, broker: str) -> dict[str, Any]:
         "consumer_auto_offset_reset": "earliest",
         "web_enabled": False,
         # Tables live in memory; keep Faust's data directory out of the working tree.
-        "datadir": str(Path(tempfile.gettempdir()) / "scorestream-data" / settings.app_id),
+        "datadir": str(Path(tempfile.gettempdir()) / f"scorestream-{settings.app_id}-data"),
     }
     if stream.producer_max_batch_size is not None:
         options["producer_max_batch_size"] = stream.producer_max_batch_size

@@ -1,0 +1,214 @@
+"""Helpers for the integration tests: a broker per test, settings tuned for Tansu,
+in-process and subprocess workers, and reading topics back."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import orjson
+import yaml
+from aiokafka import AIOKafkaConsumer
+
+from topics.provision import create_topics
+from worker.app import ScorestreamApp
+from worker.commands.stream import produce_lines, topic_names
+from worker.config import Settings, load_settings
+
+REPO = Path(__file__).resolve().parent.parent
+EXAMPLES = REPO / "examples"
+
+TANSU_STREAM = {
+    "session_timeout": 6,
+    "rebalance_timeout": 6,
+    "heartbeat_interval": 1,
+    "commit_interval": 0.5,
+    "producer_max_batch_size": 1,
+    "tick_interval": 0.5,
+}
+
+
+def make_config(**overrides: Any) -> dict[str, Any]:
+    """A config for one test: unique app id and topics, Tansu tuning, short windows."""
+    tag = uuid.uuid4().hex[:8]
+    config: dict[str, Any] = {
+        "app_id": f"it-{tag}",
+        "topics": {
+            "input": f"in-{tag}",
+            "results": f"results-{tag}",
+            "aggregates": f"aggregates-{tag}",
+            "gates": f"gates-{tag}",
+            "dead_letters": f"dlq-{tag}",
+        },
+        "segment_by": ["model"],
+        "windows": [{"size": "1m"}],
+        "grace": "1s",
+        "metrics_port": 0,
+        "stream": dict(TANSU_STREAM),
+        "extraction": {
+            "schemas": {"duee": str(EXAMPLES / "extraction" / "duee_fin_schema.jsonl")},
+            "default_schema": "duee",
+        },
+        "alignment": {"personas_dir": str(EXAMPLES / "personas"), "session_idle_timeout": "3s"},
+    }
+    for key, value in overrides.items():
+        config[key] = value
+    return config
+
+
+def settings_of(config: dict[str, Any]) -> Settings:
+    return load_settings(None, overrides=config, environ={})
+
+
+def write_config(path: Path, config: dict[str, Any]) -> Path:
+    path.write_text(yaml.safe_dump(config), encoding="utf-8")
+    return path
+
+
+def envelopes(path: Path) -> list[dict[str, Any]]:
+    return [orjson.loads(line) for line in path.read_bytes().splitlines() if line.strip()]
+
+
+def retime(
+    records: Iterable[dict[str, Any]], window_s: int = 60, step_ms: int = 5
+) -> list[dict[str, Any]]:
+    """Give records consecutive event times that end just before a window boundary in the
+    recent past, so their windows close about `grace` after they are consumed."""
+    items = [dict(record) for record in records]
+    now = datetime.now(UTC)
+    boundary = datetime.fromtimestamp((now.timestamp() // window_s) * window_s, UTC)
+    start = boundary - timedelta(milliseconds=step_ms * (len(items) + 1))
+    for index, record in enumerate(items):
+        stamp = start + timedelta(milliseconds=step_ms * index)
+        record["ts"] = stamp.isoformat().replace("+00:00", "Z")
+    return items
+
+
+def as_lines(records: Iterable[dict[str, Any]]) -> list[bytes]:
+    return [orjson.dumps(record) for record in records]
+
+
+async def provision(settings: Settings, broker_url: str) -> None:
+    await create_topics(broker_url, topic_names(settings.topics), settings.stream.partitions)
+
+
+async def produce(bootstrap: str, topic: str, lines: list[bytes]) -> None:
+    await produce_lines(bootstrap, topic, lines)
+
+
+class TopicReader:
+    """Reads topics from the beginning (no consumer group) and keeps every record."""
+
+    def __init__(self, bootstrap: str, *topics: str) -> None:
+        self.consumer = AIOKafkaConsumer(
+            *topics, bootstrap_servers=bootstrap, auto_offset_reset="earliest"
+        )
+        self.records: dict[str, list[tuple[bytes | None, Any]]] = {t: [] for t in topics}
+
+    async def __aenter__(self) -> TopicReader:
+        await self.consumer.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.consumer.stop()
+
+    async def poll(self, seconds: float = 0.5) -> None:
+        batch = await self.consumer.getmany(timeout_ms=int(seconds * 1000))
+        for partition, messages in batch.items():
+            for message in messages:
+                self.records[partition.topic].append((message.key, orjson.loads(message.value)))
+
+    async def until(self, condition: Any, timeout: float, what: str) -> None:
+        deadline = time.monotonic() + timeout
+        while not condition(self):
+            if time.monotonic() > deadline:
+                counts = {topic: len(items) for topic, items in self.records.items()}
+                raise AssertionError(f"timed out after {timeout}s waiting for {what}: {counts}")
+            await self.poll()
+
+    def values(self, topic: str) -> list[Any]:
+        return [value for _, value in self.records[topic]]
+
+    def keyed(self, topic: str) -> list[tuple[str, Any]]:
+        return [((key or b"").decode(), value) for key, value in self.records[topic]]
+
+
+class InProcessWorker:
+    """A `ScorestreamApp` started on the test's event loop."""
+
+    def __init__(self, settings: Settings, broker_url: str) -> None:
+        self.scorer = ScorestreamApp(settings, broker_url)
+
+    async def __aenter__(self) -> ScorestreamApp:
+        await self.scorer.app.start()
+        await asyncio.wait_for(self.scorer.ready.wait(), 60)
+        return self.scorer
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.scorer.app.stop()
+        self.scorer.executor.shutdown(wait=False)
+
+
+class WorkerProcess:
+    """`scorestream worker` in a subprocess, as an operator runs it."""
+
+    def __init__(self, config_path: Path, broker_url: str, log_path: Path) -> None:
+        self.args = [
+            sys.executable,
+            "-m",
+            "worker",
+            "worker",
+            "--broker",
+            broker_url,
+            "--config",
+            str(config_path),
+        ]
+        self.log_path = log_path
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> WorkerProcess:
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        with self.log_path.open("ab") as log:
+            self.process = subprocess.Popen(
+                self.args, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+            )
+        return self
+
+    def log(self) -> str:
+        return self.log_path.read_text(encoding="utf-8", errors="replace")
+
+    def wait_ready(self, timeout: float = 90.0, occurrence: int = 1) -> None:
+        deadline = time.monotonic() + timeout
+        while len(re.findall(r"scorestream worker ready", self.log())) < occurrence:
+            assert self.process is not None
+            if self.process.poll() is not None:
+                raise AssertionError(f"worker exited early:\n{self.log()[-4000:]}")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"worker not ready after {timeout}s:\n{self.log()[-4000:]}")
+            time.sleep(0.1)
+
+    def kill(self) -> None:
+        """SIGKILL: no shutdown, no commit, no flush."""
+        assert self.process is not None
+        os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait(10)
+
+    def stop(self) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        os.killpg(self.process.pid, signal.SIGTERM)
+        try:
+            self.process.wait(20)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(10)
