@@ -80,14 +80,14 @@ def envelopes(path: Path) -> list[dict[str, Any]]:
 
 
 def retime(
-    records: Iterable[dict[str, Any]], window_s: int = 60, step_ms: int = 5
+    records: Iterable[dict[str, Any]], window_s: int = 60, step_ms: int = 5, lead_s: float = 0.0
 ) -> list[dict[str, Any]]:
-    """Give records consecutive event times that end just before a window boundary in the
-    recent past, so their windows close about `grace` after they are consumed."""
+    """Give records consecutive event times that end `lead_s` before a window boundary in
+    the recent past, so their windows close about `lead_s + grace` after they are read."""
     items = [dict(record) for record in records]
     now = datetime.now(UTC)
     boundary = datetime.fromtimestamp((now.timestamp() // window_s) * window_s, UTC)
-    start = boundary - timedelta(milliseconds=step_ms * (len(items) + 1))
+    start = boundary - timedelta(seconds=lead_s, milliseconds=step_ms * (len(items) + 1))
     for index, record in enumerate(items):
         stamp = start + timedelta(milliseconds=step_ms * index)
         record["ts"] = stamp.isoformat().replace("+00:00", "Z")
@@ -186,6 +186,15 @@ class WorkerProcess:
 
     def log(self) -> str:
         return self.log_path.read_text(encoding="utf-8", errors="replace")
+
+    def metrics_url(self, timeout: float = 60.0) -> str:
+        """The /metrics URL the worker announced."""
+        deadline = time.monotonic() + timeout
+        while not (found := re.search(r"metrics on (http://\S+/metrics)", self.log())):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no metrics URL announced:\n{self.log()[-4000:]}")
+            time.sleep(0.1)
+        return found.group(1)
 
     def wait_ready(self, timeout: float = 90.0, occurrence: int = 1) -> None:
         deadline = time.monotonic() + timeout

@@ -166,6 +166,18 @@ class ScorestreamApp:
         self.ready.set()
         log.info("scorestream worker ready")
 
+    def worker(self, loglevel: str = "info") -> faust.Worker:
+        """A Faust `Worker` running this app (it replaces the app's start-up hook with its
+        own, so ours is chained after it)."""
+        scorer = self
+
+        class _Worker(faust.Worker):
+            async def on_startup_finished(self) -> None:
+                await super().on_startup_finished()
+                await scorer._on_ready()
+
+        return _Worker(self.app, loglevel=loglevel)
+
     def now(self) -> datetime:
         return datetime.fromtimestamp(self.clock(), UTC)
 

@@ -48,8 +48,6 @@ def topic_names(names: TopicNames) -> dict[str, str]:
 
 def run_worker(args: argparse.Namespace) -> int:
     """Run the streaming worker until interrupted."""
-    import faust
-
     from worker.app import ScorestreamApp
 
     settings = settings_for(args)
@@ -63,7 +61,7 @@ def run_worker(args: argparse.Namespace) -> int:
     _server, port = scorer.telemetry.serve(settings.metrics_port)
     print(f"scorestream worker: metrics on http://127.0.0.1:{port}/metrics", file=sys.stderr)
     try:
-        faust.Worker(scorer.app, loglevel="info").execute_from_commandline()
+        scorer.worker().execute_from_commandline()
     finally:
         scorer.telemetry.stop()
     return 0
