@@ -1,0 +1,150 @@
+"""The agents in isolation (Faust's `agent.test_context()`, no broker): what each one
+sends for good and bad input."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+from unittest.mock import AsyncMock
+
+import orjson
+import pytest
+
+from tests.streamkit import make_config, settings_of
+from worker.app import ScorestreamApp
+from worker.engines import Engines
+from worker.suites.alignment.embedding import HashingEmbedder
+
+SAFE_CASE = b'{"id": "c1", "suite": "safe", "model": "m1", "payload": {"output": {"summary": "x"}}}'
+
+
+class Harness:
+    """A `ScorestreamApp` whose sends are recorded instead of produced."""
+
+    def __init__(self, **config: Any) -> None:
+        settings = settings_of(make_config(**config))
+        engines = Engines.load(settings, HashingEmbedder())
+        self.scorer = ScorestreamApp(settings, "kafka://127.0.0.1:1", engines=engines)
+        self.sent: list[tuple[str, str, Any]] = []
+        self.scorer._send = self._record  # type: ignore[method-assign]
+        self.dead = AsyncMock()
+        self.scorer.dlq_topic.send = self.dead  # type: ignore[method-assign]
+
+    async def _record(self, topic: Any, key: str, value: bytes) -> None:
+        self.sent.append((topic.get_topic_name(), key, orjson.loads(value)))
+
+    def agent(self, name: str) -> Any:
+        return self.scorer.app.agents[name]
+
+    def to(self, topic: str) -> list[tuple[str, Any]]:
+        return [(key, value) for name, key, value in self.sent if name == topic]
+
+    def dead_letters(self) -> list[dict[str, Any]]:
+        return [orjson.loads(call.kwargs["value"]) for call in self.dead.call_args_list]
+
+
+@pytest.fixture
+async def harness() -> AsyncIterator[Harness]:
+    built = Harness()
+    yield built
+    built.scorer.executor.shutdown(wait=False)
+
+
+async def test_score_agent_publishes_one_result_keyed_by_suite_and_id(harness: Harness) -> None:
+    async with harness.agent("score").test_context() as agent:
+        await agent.put(SAFE_CASE, key=b"whatever-the-producer-chose")
+    results = harness.to(harness.scorer.settings.topics.results)
+    assert [key for key, _ in results] == ["safe:c1"]
+    result = results[0][1]
+    assert result["kind"] == "case"
+    assert result["label"] in {"Pass", "Review", "Fail"}
+    assert result["model"] == "m1"
+    assert result["source"]["offset"] == 0
+
+
+@pytest.mark.parametrize(
+    ("raw", "reason"),
+    [
+        (b"{not json", "invalid_json"),
+        (b"\xff\xfe", "not_utf8"),
+        (b'{"id": "a", "suite": "haiku", "payload": {}}', "unknown_suite"),
+        (b'{"id": "a", "suite": "safe", "payload": {"output": []}}', "invalid_record"),
+        (
+            b'{"id": "a", "suite": "extraction", "payload": {"response": "[]", "schema": "nope"}}',
+            "unknown_schema",
+        ),
+        (
+            b'{"id": "a", "suite": "alignment", "payload": {"session_id": "s", "turn_index": 0,'
+            b' "persona_id": "ghost", "text": "hi"}}',
+            "unknown_persona",
+        ),
+    ],
+)
+async def test_bad_input_goes_to_the_dead_letter_topic_and_the_agent_carries_on(
+    harness: Harness, raw: bytes, reason: str
+) -> None:
+    async with harness.agent("score").test_context() as agent:
+        await agent.put(raw, key=b"k")
+        await agent.put(SAFE_CASE, key=b"c1")
+    (letter,) = harness.dead_letters()
+    assert letter["error"]["type"] == reason
+    assert letter["source"]["offset"] == 0
+    assert harness.dead.call_args_list[0].kwargs["key"] == b"k"
+    assert [key for key, _ in harness.to(harness.scorer.settings.topics.results)] == ["safe:c1"]
+
+
+async def test_oversized_records_are_dead_letters_with_the_raw_value_cut() -> None:
+    harness = Harness(max_record_bytes=100, dlq_max_raw_bytes=10)
+    big = (
+        b'{"id": "big", "suite": "safe", "payload": {"output": {"summary": "' + b"x" * 200 + b'"}}}'
+    )
+    async with harness.agent("score").test_context() as agent:
+        await agent.put(big, key=b"big")
+    (letter,) = harness.dead_letters()
+    assert letter["error"]["type"] == "oversized"
+    assert letter["raw_truncated"] is True
+    assert letter["raw_size"] == len(big)
+    assert letter["raw"] == big[:10].decode()
+
+
+async def test_a_scorer_crash_is_a_dead_letter_not_a_dead_agent(harness: Harness) -> None:
+    calls = {"n": 0}
+    original = harness.scorer.engines.score_safe
+
+    def flaky(payload: Any) -> Any:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RuntimeError("boom")
+        return original(payload)
+
+    harness.scorer.engines.score_safe = flaky  # type: ignore[method-assign]
+    async with harness.agent("score").test_context() as agent:
+        await agent.put(SAFE_CASE, key=b"c1")
+        await agent.put(SAFE_CASE.replace(b'"c1"', b'"c2"'), key=b"c2")
+    assert [letter["error"]["type"] for letter in harness.dead_letters()] == ["scoring_error"]
+    assert [key for key, _ in harness.to(harness.scorer.settings.topics.results)] == ["safe:c2"]
+
+
+async def test_alignment_turns_are_routed_by_session_whatever_the_key(harness: Harness) -> None:
+    turn = (
+        b'{"id": "t1", "suite": "alignment", "payload": {"session_id": "sess-9", '
+        b'"turn_index": 0, "persona_id": "tunetide", "text": "Hey there!"}}'
+    )
+    async with harness.agent("score").test_context() as agent:
+        await agent.put(turn, key=b"t1")
+    routed = harness.to(f"{harness.scorer.settings.app_id}-alignment-turns")
+    assert [key for key, _ in routed] == ["sess-9"]
+    assert routed[0][1]["record"]["id"] == "t1"
+
+
+async def test_results_are_rekeyed_by_suite_and_segment(harness: Harness) -> None:
+    async with harness.agent("score").test_context() as agent:
+        await agent.put(SAFE_CASE, key=b"c1")
+    (_, result) = harness.to(harness.scorer.settings.topics.results)[0]
+    turn = dict(result, kind="turn", suite="alignment", id="t", label=None)
+    async with harness.agent("route").test_context() as agent:
+        await agent.put(orjson.dumps(result), key=b"safe:c1")
+        await agent.put(orjson.dumps(turn), key=b"alignment:t")
+    routed = harness.to(f"{harness.scorer.settings.app_id}-aggregate-input")
+    assert sorted(key for key, _ in routed) == ["safe|all", "safe|model=m1"]
+    assert {tuple(value["segment"].items()) for _, value in routed} == {(), (("model", "m1"),)}
