@@ -26,6 +26,7 @@ import time
 import weakref
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,7 @@ from typing import Any
 import faust
 import orjson
 from faust.types import EventT, StreamT
+from pydantic import JsonValue
 
 from schemas.envelope import (
     AlignmentRecord,
@@ -42,12 +44,13 @@ from schemas.envelope import (
     SafeRecord,
 )
 from schemas.outputs import Aggregate, CaseResult, RecordSource
-from topics.catalog import CATALOG, INPUT
 from worker import aggregation, intake
 from worker.config import Settings, WindowConfig
 from worker.engines import AGGREGATORS, Engines
 from worker.gates import GateEvaluator, applies_to, gate_key
+from worker.suites.alignment.judge import SafetyJudge
 from worker.suites.alignment.scoring import SessionState, turn_scored
+from worker.suites.base import Scored
 from worker.telemetry import Telemetry
 from worker.windows import Watermark, WindowKey, assign_windows
 
@@ -133,7 +136,8 @@ class ScorestreamApp:
         self.telemetry = telemetry or Telemetry.from_settings(settings)
         self.clock = clock
         self.windows = gate_windows(settings)
-        self.gates = GateEvaluator(settings.gates)
+        judge = settings.alignment.judge
+        self.judge = SafetyJudge(judge) if judge is not None else None
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embed")
         self.dirty: set[str] = set()
         self.ready = asyncio.Event()
@@ -388,7 +392,7 @@ class ScorestreamApp:
         meta: dict[str, Any] | None = None,
     ) -> None:
         started = time.perf_counter()
-        scored = self.engines.score_session(state)
+        scored = await self._score_session(state)
         labels = meta["labels"] if meta else record.labels
         model = meta["model"] if meta else record.model
         result = intake.build_result(
@@ -405,6 +409,21 @@ class ScorestreamApp:
         )
         await self._publish_result(result)
         self._observe(result, time.perf_counter() - started, event_time)
+
+    async def _score_session(self, state: SessionState) -> Scored:
+        """Session scores, with the judge's verdict when one is configured; a failed
+        verdict leaves the keyword safety standing and is recorded in the details."""
+        if self.judge is None:
+            return self.engines.score_session(state)
+        verdict = await self.judge.judge(state.transcript())
+        scored = self.engines.score_session(state, verdict.score)
+        judged: dict[str, JsonValue] = {
+            "score": verdict.score,
+            "reason": verdict.reason,
+            "error": verdict.error,
+            "judge_errors": self.judge.stats.judge_errors,
+        }
+        return replace(scored, details={**scored.details, "judge": judged})
 
     async def _expire_sessions(self, partition: int, now: float) -> None:
         """Close the sessions of `partition` idle for longer than the timeout."""
@@ -605,4 +624,4 @@ def _session_meta(
     return {"model": record.model, "labels": dict(record.labels), "ts": latest}
 
 
-__all__ = ["CATALOG", "INPUT", "ScorestreamApp", "event_context", "faust_settings"]
+__all__ = ["ScorestreamApp", "event_context", "faust_settings", "gate_windows"]
