@@ -327,7 +327,7 @@ class ScorestreamApp:
                         received,
                         time.perf_counter() - started,
                     )
-                await self._close_session(state, record, event_time)
+                await self._close_session(state, event_time, record.model, record.labels)
                 return
             assert isinstance(payload, AlignmentTurnPayload)
             started = time.perf_counter()
@@ -348,7 +348,8 @@ class ScorestreamApp:
         state.add(payload.turn_index, scored_turn, vectors[0], payload.text, payload.final, now)
         meta = _session_meta(stored, record, event_time)
         if state.final:
-            await self._close_session(state, record, datetime.fromtimestamp(meta["ts"], UTC), meta)
+            closed_at = datetime.fromtimestamp(meta["ts"], UTC)
+            await self._close_session(state, closed_at, meta["model"], meta["labels"])
             if stored:
                 del self.sessions[payload.session_id]
             return
@@ -387,14 +388,13 @@ class ScorestreamApp:
     async def _close_session(
         self,
         state: SessionState,
-        record: AlignmentRecord,
         event_time: datetime,
-        meta: dict[str, Any] | None = None,
+        model: str | None,
+        labels: dict[str, str],
     ) -> None:
+        """Score a finished session and publish it with `kind: "session"`."""
         started = time.perf_counter()
         scored = await self._score_session(state)
-        labels = meta["labels"] if meta else record.labels
-        model = meta["model"] if meta else record.model
         result = intake.build_result(
             case_id=f"session:{state.session_id}",
             suite="alignment",
@@ -434,22 +434,8 @@ class ScorestreamApp:
             state = SessionState.from_json(stored["state"])
             if state.updated_at is not None and now - state.updated_at < timeout:
                 continue
-            record = AlignmentRecord.model_validate(
-                {
-                    "id": f"session:{session_id}",
-                    "suite": "alignment",
-                    "model": stored.get("model"),
-                    "labels": stored.get("labels", {}),
-                    "payload": {
-                        "session_id": session_id,
-                        "persona_id": state.persona_id,
-                        "turns": [{"assistant": "-"}],
-                    },
-                },
-                strict=False,
-            )
             event_time = datetime.fromtimestamp(float(stored["ts"]), UTC)
-            await self._close_session(state, record, event_time, stored)
+            await self._close_session(state, event_time, stored["model"], stored["labels"])
             del self.sessions[session_id]
 
     # ---------------------------------------------------------------- aggregation
