@@ -1,0 +1,480 @@
+"""End-to-end streaming benchmark on the embedded broker (`make bench`).
+
+    .venv/bin/python bench/stream.py [--n-safe 1500] [--n-extraction 800] [--n-alignment 500]
+
+For each suite: produce N records of that suite to the input topic of a running worker
+(`ScorestreamApp`, in this process) and read the results back; throughput is N over the
+time from the first produce to the last result, latency is measured from each record's
+produce to its result's arrival, and from the result's own `latency_ms` (received ->
+scored inside the worker). Next to it, the baselines on the same records:
+
+- alignment: raw batched `MiniLMEmbedder.encode` of the same assistant texts (target:
+  the worker reaches at least 0.8x of it);
+- safe and extraction: a plain aiokafka consume -> decode -> score -> produce loop with
+  the same scoring functions and no Faust (target: at least 0.3x of it).
+
+Alignment records are assistant turns of 4-turn sessions (the last turn closes the
+session); its throughput counts turns. A full run takes about 1.5 minutes on 2 cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import math
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import orjson
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from schemas.envelope import ExtractionRecord, SafeRecord  # noqa: E402
+from topics.provision import create_topics  # noqa: E402
+from worker import intake  # noqa: E402
+from worker.app import ScorestreamApp  # noqa: E402
+from worker.broker import EmbeddedBroker  # noqa: E402
+from worker.commands.stream import record_key, topic_names  # noqa: E402
+from worker.config import Settings, load_settings  # noqa: E402
+from worker.engines import Engines  # noqa: E402
+
+EXAMPLES = REPO / "examples"
+TARGETS = {"safe": 0.3, "extraction": 0.3, "alignment": 0.8}
+SESSION_TURNS = 4
+PARTITIONS = 4
+
+
+# ---------------------------------------------------------------- records
+
+
+def _read(path: Path) -> list[dict[str, Any]]:
+    return [orjson.loads(line) for line in path.read_bytes().splitlines() if line.strip()]
+
+
+def make_records(suite: str, n: int, tag: str, start: float) -> list[tuple[str, bytes]]:
+    """N envelopes of `suite` with unique ids: (result id, value)."""
+    out: list[tuple[str, bytes]] = []
+    if suite in ("safe", "extraction"):
+        examples = _read(EXAMPLES / suite / "envelopes.jsonl")
+        for index in range(n):
+            record = dict(examples[index % len(examples)])
+            record["id"] = f"{tag}-{suite}-{index}"
+            record["ts"] = int((start + index * 0.01) * 1000)
+            out.append((record["id"], orjson.dumps(record)))
+        return out
+    by_persona: dict[str, list[dict[str, Any]]] = {}
+    for example in _read(EXAMPLES / "alignment" / "envelopes.jsonl"):
+        by_persona.setdefault(example["payload"]["persona_id"], []).append(example)
+    personas = sorted(by_persona)
+    for index in range(n):
+        session, turn = divmod(index, SESSION_TURNS)
+        turns = by_persona[personas[session % len(personas)]]
+        example = turns[(session + turn) % len(turns)]
+        session_id = f"{tag}-s{session}"
+        record = {
+            "id": f"{session_id}:{turn}",
+            "suite": "alignment",
+            "ts": int((start + index * 0.01) * 1000),
+            "model": example["model"],
+            "labels": example["labels"],
+            "payload": {
+                "session_id": session_id,
+                "turn_index": turn,
+                "persona_id": example["payload"]["persona_id"],
+                "text": example["payload"]["text"],
+                "final": turn == SESSION_TURNS - 1 or index == n - 1,
+            },
+        }
+        out.append((str(record["id"]), orjson.dumps(record)))
+    return out
+
+
+def alignment_texts(records: list[tuple[str, bytes]]) -> list[str]:
+    return [orjson.loads(value)["payload"]["text"] for _, value in records]
+
+
+# ---------------------------------------------------------------- measuring
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Nearest-rank percentile (nan for no values)."""
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    rank = max(1, math.ceil(q / 100 * len(ordered)))
+    return ordered[rank - 1]
+
+
+@dataclass
+class Run:
+    """One measured run: first send to last result."""
+
+    n: int
+    sent: dict[str, float] = field(default_factory=dict)
+    arrived: dict[str, float] = field(default_factory=dict)
+    worker_ms: list[float] = field(default_factory=list)
+    first: float = math.inf
+    last: float = 0.0
+
+    @property
+    def seconds(self) -> float:
+        return max(1e-9, self.last - self.first)
+
+    @property
+    def throughput(self) -> float:
+        return len(self.arrived) / self.seconds
+
+    def e2e_ms(self) -> list[float]:
+        return [(self.arrived[k] - self.sent[k]) * 1000 for k in self.arrived if k in self.sent]
+
+
+async def produce(bootstrap: str, topic: str, records: list[tuple[str, bytes]], run: Run) -> None:
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5)
+    await producer.start()
+    try:
+        run.first = time.time()
+        for ident, value in records:
+            run.sent[ident] = time.time()
+            await producer.send(topic, value, key=record_key(value))
+        await producer.flush()
+    finally:
+        await producer.stop()
+
+
+async def collect(
+    consumer: AIOKafkaConsumer,
+    run: Run,
+    pick: Callable[[dict[str, Any]], str | None],
+    timeout: float,
+) -> None:
+    """Read results until all N arrived (or `timeout` seconds without progress)."""
+    idle_since = time.time()
+    while len(run.arrived) < run.n:
+        batches = await consumer.getmany(timeout_ms=200)
+        now = time.time()
+        for messages in batches.values():
+            for message in messages:
+                data = orjson.loads(message.value)
+                ident = pick(data)
+                if ident is None or ident in run.arrived or ident not in run.sent:
+                    continue
+                run.arrived[ident] = now
+                run.last = now
+                idle_since = now
+                if data.get("latency_ms") is not None:
+                    run.worker_ms.append(float(data["latency_ms"]))
+        if now - idle_since > timeout:
+            print(f"  ! {run.n - len(run.arrived)} results missing after {timeout}s idle")
+            return
+
+
+async def fresh_consumer(bootstrap: str, topic: str) -> AIOKafkaConsumer:
+    """A group-less consumer positioned at the current end of `topic`."""
+    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=None)
+    await consumer.start()
+    while not consumer.assignment():
+        await asyncio.sleep(0.05)
+    await consumer.seek_to_end()
+    for partition in consumer.assignment():
+        await consumer.position(partition)
+    return consumer
+
+
+# ---------------------------------------------------------------- the worker
+
+
+async def worker_run(
+    scorer: ScorestreamApp, bootstrap: str, suite: str, records: list[tuple[str, bytes]]
+) -> Run:
+    names = scorer.settings.topics
+    consumer = await fresh_consumer(bootstrap, names.results)
+    run = Run(n=len(records))
+
+    def pick(data: dict[str, Any]) -> str | None:
+        if data.get("suite") != suite or data.get("kind") == "session":
+            return None
+        return str(data["id"])
+
+    try:
+        reader = asyncio.create_task(collect(consumer, run, pick, timeout=30))
+        await produce(bootstrap, names.input, records, run)
+        await reader
+    finally:
+        await consumer.stop()
+    return run
+
+
+# ---------------------------------------------------------------- baselines
+
+
+@dataclass
+class EncodeLog:
+    """Sizes and durations of the worker's `encode` calls (wraps `Engines.embed`)."""
+
+    calls: list[tuple[int, float, float]] = field(default_factory=list)  # (size, start, end)
+
+    def wrap(self, engines: Engines) -> None:
+        embed = engines.embed
+
+        def timed(texts: Any) -> Any:
+            started = time.time()
+            vectors = embed(texts)
+            self.calls.append((len(texts), started, time.time()))
+            return vectors
+
+        engines.embed = timed  # type: ignore[method-assign]
+
+    def between(self, first: float, last: float) -> tuple[int, float, float]:
+        """(calls, mean batch size, busy seconds) of the calls inside [first, last]."""
+        inside = [call for call in self.calls if call[1] >= first and call[2] <= last]
+        if not inside:
+            return 0, math.nan, 0.0
+        sizes = [size for size, _, _ in inside]
+        return len(inside), sum(sizes) / len(sizes), sum(end - start for _, start, end in inside)
+
+
+def raw_encode(engines: Engines, texts: list[str], batch: int) -> float:
+    """Texts per second of batched `encode` calls (after one warm-up batch)."""
+    engines.embed(texts[:batch])
+    started = time.perf_counter()
+    for index in range(0, len(texts), batch):
+        engines.embed(texts[index : index + batch])
+    return len(texts) / (time.perf_counter() - started)
+
+
+async def raw_loop(
+    bootstrap: str,
+    engines: Engines,
+    settings: Settings,
+    suite: str,
+    records: list[tuple[str, bytes]],
+) -> Run:
+    """Consume -> decode -> score -> produce with plain aiokafka, no Faust."""
+    tag = f"bench.raw.{suite}.{int(time.time())}"
+    source, sink = f"{tag}.in", f"{tag}.out"
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(source, PARTITIONS, 1), NewTopic(sink, PARTITIONS, 1)])
+    finally:
+        await admin.close()
+    versions = engines.versions(suite)
+    inbound = AIOKafkaConsumer(
+        source, bootstrap_servers=bootstrap, group_id=None, auto_offset_reset="earliest"
+    )
+    outbound = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5)
+    await inbound.start()
+    await outbound.start()
+    results = await fresh_consumer(bootstrap, sink)
+    run = Run(n=len(records))
+
+    async def loop() -> None:
+        while True:
+            batches = await inbound.getmany(timeout_ms=100)
+            for messages in batches.values():
+                for message in messages:
+                    received = datetime.now(UTC)
+                    record = intake.decode_record(message.value, settings.max_record_bytes)
+                    if isinstance(record, SafeRecord):
+                        scored = engines.score_safe(record.payload)
+                    else:
+                        assert isinstance(record, ExtractionRecord)
+                        scored = engines.score_extraction(record.payload)
+                    result = intake.build_result(
+                        case_id=record.id,
+                        suite=record.suite,
+                        kind="case",
+                        scored=scored,
+                        event_time=record.event_time() or received,
+                        model=record.model,
+                        labels=record.labels,
+                        versions=versions,
+                        source=intake.SourcePosition(
+                            message.topic, message.partition, message.offset
+                        ),
+                        scored_at=datetime.now(UTC),
+                        received_at=received,
+                    )
+                    await outbound.send(
+                        sink,
+                        result.model_dump_json().encode("utf-8"),
+                        key=intake.result_key(record.suite, record.id).encode("utf-8"),
+                    )
+
+    worker = asyncio.create_task(loop())
+    try:
+        reader = asyncio.create_task(collect(results, run, lambda d: str(d["id"]), timeout=30))
+        await produce(bootstrap, source, records, run)
+        await reader
+    finally:
+        worker.cancel()
+        await asyncio.gather(worker, return_exceptions=True)
+        await results.stop()
+        await inbound.stop()
+        await outbound.stop()
+    return run
+
+
+# ---------------------------------------------------------------- main
+
+
+def bench_settings(batch_size: int | None = 1) -> Settings:
+    """Worker settings tuned for Tansu (see `worker.config.StreamSettings`)."""
+    return load_settings(
+        None,
+        overrides={
+            "app_id": f"scorestream-bench-{int(time.time())}",
+            "windows": [{"size": "1m"}],
+            "grace": "2s",
+            "stream": {
+                "partitions": PARTITIONS,
+                "session_timeout": 6,
+                "rebalance_timeout": 6,
+                "heartbeat_interval": 1,
+                "commit_interval": 0.5,
+                "producer_max_batch_size": batch_size,
+                "tick_interval": 0.5,
+            },
+            "extraction": {
+                "schemas": {"duee_fin": str(EXAMPLES / "extraction" / "duee_fin_schema.jsonl")},
+                "default_schema": "duee_fin",
+            },
+            "alignment": {"personas_dir": str(EXAMPLES / "personas")},
+        },
+        environ={},
+    )
+
+
+def fmt(value: float, digits: int = 0) -> str:
+    return "-" if math.isnan(value) else f"{value:,.{digits}f}"
+
+
+def report(rows: list[dict[str, Any]]) -> tuple[bool, bool]:
+    """Print the table; (every target met, every result arrived)."""
+    header = (
+        f"{'suite':<11}{'N':>6}{'worker/s':>10}{'p50 e2e':>10}{'p99 e2e':>10}"
+        f"{'p50 wrk':>10}{'p99 wrk':>10}  {'baseline':<22}{'base/s':>9}"
+        f"{'b p50':>8}{'b p99':>8}{'ratio':>7}{'target':>8}  ok"
+    )
+    print()
+    print("latencies in ms: e2e = produce -> result read back; wrk = result.latency_ms")
+    print(header)
+    print("-" * len(header))
+    passed = complete = True
+    for row in rows:
+        ratio = row["worker"].throughput / row["baseline_rate"]
+        ok = ratio >= TARGETS[row["suite"]]
+        passed &= ok
+        base: Run | None = row.get("baseline_run")
+        worker: Run = row["worker"]
+        e2e = worker.e2e_ms()
+        print(
+            f"{row['suite']:<11}{worker.n:>6}{fmt(worker.throughput):>10}"
+            f"{fmt(percentile(e2e, 50)):>10}{fmt(percentile(e2e, 99)):>10}"
+            f"{fmt(percentile(worker.worker_ms, 50), 1):>10}"
+            f"{fmt(percentile(worker.worker_ms, 99), 1):>10}  "
+            f"{row['baseline']:<22}{fmt(row['baseline_rate']):>9}"
+            f"{fmt(percentile(base.e2e_ms(), 50) if base else math.nan):>8}"
+            f"{fmt(percentile(base.e2e_ms(), 99) if base else math.nan):>8}"
+            f"{ratio:>7.2f}{'>= ' + str(TARGETS[row['suite']]):>8}  {'yes' if ok else 'NO'}"
+        )
+        if len(worker.arrived) < worker.n:
+            print(f"  ! {row['suite']}: only {len(worker.arrived)}/{worker.n} results arrived")
+            complete = False
+    return passed, complete
+
+
+async def main(args: argparse.Namespace) -> int:
+    settings = bench_settings(None if args.producer_batching else 1)
+    counts = {"safe": args.n_safe, "extraction": args.n_extraction, "alignment": args.n_alignment}
+    suites = [suite for suite in args.suites.split(",") if counts.get(suite, 0) > 0]
+    print("loading scorers and the embedding model ...", flush=True)
+    engines = Engines.load(settings)
+    engines.warm_up()
+    rows: list[dict[str, Any]] = []
+    notes: list[str] = []
+    with EmbeddedBroker() as broker:
+        await create_topics(broker.url, topic_names(settings.topics), PARTITIONS)
+        started = time.time()
+        data = {s: make_records(s, counts[s], f"w{int(started)}", started) for s in suites}
+        raw = {s: make_records(s, counts[s], f"r{int(started)}", started) for s in suites}
+        baselines: dict[str, tuple[str, float, Run | None]] = {}
+        for suite in suites:
+            if suite != "alignment":
+                print(f"baseline: raw aiokafka loop, {suite} x {counts[suite]} ...", flush=True)
+                run = await raw_loop(broker.bootstrap, engines, settings, suite, raw[suite])
+                baselines[suite] = ("raw aiokafka loop", run.throughput, run)
+        print("starting the worker ...", flush=True)
+        encodes = EncodeLog()
+        encodes.wrap(engines)
+        scorer = ScorestreamApp(settings, broker.url, engines=engines)
+        await scorer.app.start()
+        await asyncio.wait_for(scorer.ready.wait(), 90)
+        try:
+            for suite in suites:
+                if suite == "alignment":
+                    # measured right before and after the worker's run, as the CPU is shared
+                    texts = alignment_texts(data[suite])
+                    before = raw_encode(engines, texts, args.batch)
+                print(f"worker: {suite} x {counts[suite]} ...", flush=True)
+                run = await worker_run(scorer, broker.bootstrap, suite, data[suite])
+                if suite == "alignment":
+                    calls, mean_size, busy = encodes.between(run.first, run.last)
+                    notes.append(
+                        f"alignment: the worker made {calls} encode calls of {mean_size:.1f} "
+                        f"texts on average; the encoder was busy {busy:.1f}s of the "
+                        f"{run.seconds:.1f}s run ({busy / run.seconds:.0%})"
+                    )
+                    rate = (before + raw_encode(engines, texts, args.batch)) / 2
+                    baselines[suite] = (f"raw encode (batch {args.batch})", rate, None)
+                name, rate, base = baselines[suite]
+                rows.append(
+                    {
+                        "suite": suite,
+                        "worker": run,
+                        "baseline": name,
+                        "baseline_rate": rate,
+                        "baseline_run": base,
+                    }
+                )
+        finally:
+            await scorer.app.stop()
+            scorer.executor.shutdown(wait=False)
+    passed, complete = report(rows)
+    for note in notes:
+        print(note)
+    print(f"\ntotal {time.time() - started:.0f}s; targets {'met' if passed else 'NOT met'}")
+    if not complete:
+        return 1
+    return 1 if args.strict and not passed else 0
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--n-safe", type=int, default=1500)
+    parser.add_argument("--n-extraction", type=int, default=800)
+    parser.add_argument("--n-alignment", type=int, default=500)
+    parser.add_argument("--suites", default="safe,extraction,alignment")
+    parser.add_argument("--batch", type=int, default=64, help="raw encode batch size")
+    parser.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
+    parser.add_argument(
+        "--producer-batching",
+        action="store_true",
+        help="let the worker's producer batch records (unsafe on Tansu: table recovery "
+        "reads wrong end offsets; only for comparison)",
+    )
+    return parser.parse_args(argv)
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.ERROR)
+    sys.exit(asyncio.run(main(parse_args())))
