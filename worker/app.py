@@ -140,6 +140,7 @@ class ScorestreamApp:
         self.judge = SafetyJudge(judge) if judge is not None else None
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embed")
         self.dirty: set[str] = set()
+        self.watermarks: dict[int, Watermark] = {}
         self.ready = asyncio.Event()
 
         app_id = settings.app_id
@@ -165,10 +166,17 @@ class ScorestreamApp:
         self.app.agent(self.aggregate_input, name="aggregate")(self._aggregate_agent)
         self.app.timer(settings.stream.tick_interval, on_leader=True)(self._tick)
         self.app.on_startup_finished = self._on_ready
+        self.app.on_partitions_revoked.connect(self._forget_partition_caches)
 
     async def _on_ready(self) -> None:
         self.ready.set()
         log.info("scorestream worker ready")
+
+    async def _forget_partition_caches(self, sender: Any, *args: Any, **kwargs: Any) -> None:
+        """After a rebalance, read watermarks back from the table: another worker may
+        have advanced a partition this one gets back."""
+        self.watermarks.clear()
+        self.dirty.clear()
 
     def worker(self, loglevel: str = "info") -> faust.Worker:
         """A Faust `Worker` running this app (it replaces the app's start-up hook with its
@@ -467,8 +475,14 @@ class ScorestreamApp:
             self._aggregate(result, data["segment"], event)
 
     def _watermark(self, partition: int) -> Watermark:
-        stored = self.state.get(f"{WATERMARK_PREFIX}{partition}")
-        return Watermark.from_json(stored) if stored else Watermark()
+        """The partition's watermark: kept in memory, restored from the table after a
+        restart or rebalance, and written back on ticks (not once per record)."""
+        watermark = self.watermarks.get(partition)
+        if watermark is None:
+            stored = self.state.get(f"{WATERMARK_PREFIX}{partition}")
+            watermark = Watermark.from_json(stored) if stored else Watermark()
+            self.watermarks[partition] = watermark
+        return watermark
 
     def _aggregate(self, result: CaseResult, segment: dict[str, str], event: EventT) -> None:
         partition = event.message.partition
@@ -485,7 +499,6 @@ class ScorestreamApp:
         if len(open_windows) < len(windows):
             self.telemetry.record_late(result.suite)
         watermark.observe(event_time, now)
-        self.state[f"{WATERMARK_PREFIX}{partition}"] = watermark.to_json()
         self.state[seen_key] = [event_time, partition]
         positioned = result.model_copy(
             update={
@@ -514,6 +527,9 @@ class ScorestreamApp:
 
     async def _on_aggregate_tick(self, partition: int, now: float) -> None:
         watermark = self._watermark(partition)
+        key = f"{WATERMARK_PREFIX}{partition}"
+        if watermark.anchor is not None and self.state.get(key) != watermark.to_json():
+            self.state[key] = watermark.to_json()
         grace = self.settings.grace
         horizon = max(w.size for w in self.windows) + grace + self.settings.stream.dedupe_horizon
         oldest_kept = (watermark.value(now) or 0.0) - horizon
