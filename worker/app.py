@@ -172,7 +172,9 @@ class ScorestreamApp:
         self.ready.set()
         log.info("scorestream worker ready")
 
-    async def _forget_partition_caches(self, sender: Any, *args: Any, **kwargs: Any) -> None:
+    def _forget_partition_caches(
+        self, sender: Any, /, *args: Any, signal: Any, **kwargs: Any
+    ) -> None:
         """After a rebalance, read watermarks back from the table: another worker may
         have advanced a partition this one gets back."""
         self.watermarks.clear()
