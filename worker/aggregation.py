@@ -238,10 +238,10 @@ def _sample_add(sample: dict[str, Any], ident: str, value: float) -> None:
         return
     if sample_key(ident) >= sample["cutoff"]:
         return
-    reservoir = Reservoir(capacity, items)
-    reservoir.add(ident, value)
-    sample["items"] = reservoir.items
-    sample["cutoff"] = max(sample_key(item) for item in reservoir.items)
+    # Same outcome as `Reservoir.add` (keep the `capacity` smallest keys) without a sort.
+    del items[max(items, key=sample_key)]
+    items[ident] = value
+    sample["cutoff"] = max(sample_key(item) for item in items)
 
 
 def _merge_samples(

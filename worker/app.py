@@ -42,6 +42,7 @@ from schemas.envelope import (
     AlignmentTurnPayload,
     ExtractionRecord,
     SafeRecord,
+    parse_event_time,
 )
 from schemas.outputs import Aggregate, CaseResult, RecordSource
 from worker import aggregation, intake
@@ -66,6 +67,7 @@ WINDOW_PREFIX = "win|"
 SEEN_PREFIX = "seen|"
 GATE_PREFIX = "gate|"
 WATERMARK_PREFIX = "wm|"
+SEEN_PURGE_EVERY = 30  # ticks
 
 
 def faust_settings(settings: Settings, broker: str) -> dict[str, Any]:
@@ -141,6 +143,7 @@ class ScorestreamApp:
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embed")
         self.dirty: set[str] = set()
         self.watermarks: dict[int, Watermark] = {}
+        self.ticks: dict[int, int] = {}
         self.ready = asyncio.Event()
 
         app_id = settings.app_id
@@ -160,6 +163,9 @@ class ScorestreamApp:
         )
         self.sessions = self.app.Table("sessions", partitions=partitions, key_type=str)
         self.state = self.app.Table("windows", partitions=partitions, key_type=str)
+        # Case ids already counted per segment (dedupe of replays), in a table of its own
+        # so that ticks scan only the window state.
+        self.seen = self.app.Table("seen", partitions=partitions, key_type=str)
         self.app.agent(self.input_topic, name="score")(self._score_agent)
         self.app.agent(self.turns_topic, name="sessions")(self._session_agent)
         self.app.agent(self.results_topic, name="route")(self._route_agent)
@@ -454,15 +460,18 @@ class ScorestreamApp:
         """Re-key results by (suite, segment) so that window state is co-partitioned."""
         segment_by = self.settings.segment_by
         async for event in stream.events():
+            # Results are this worker's own validated output: read only what routing needs.
             try:
-                result = CaseResult.model_validate_json(event.value)
-            except ValueError:
+                result = orjson.loads(event.value)
+                suite, kind = result["suite"], result["kind"]
+                model, labels = result.get("model"), result.get("labels") or {}
+            except (orjson.JSONDecodeError, KeyError, TypeError):
                 log.warning("ignoring a malformed result at offset %s", event.message.offset)
                 continue
-            if result.kind == "turn":
+            if kind == "turn":
                 continue  # alignment windows aggregate closed sessions
-            for segment in aggregation.segments_for(result.model, result.labels, segment_by):
-                key = f"{result.suite}|{aggregation.segment_key(segment)}"
+            for segment in aggregation.segments_for(model, labels, segment_by):
+                key = f"{suite}|{aggregation.segment_key(segment)}"
                 value = b'{"segment":' + orjson.dumps(segment) + b',"result":' + event.value + b"}"
                 await self._send(self.aggregate_input, key, value)
 
@@ -473,8 +482,7 @@ class ScorestreamApp:
             if "tick" in data:
                 await self._on_aggregate_tick(partition, float(data["tick"]))
                 continue
-            result = CaseResult.model_validate(data["result"], strict=False)
-            self._aggregate(result, data["segment"], event)
+            self._aggregate(_positioned_result(data["result"], event), data["segment"], event)
 
     def _watermark(self, partition: int) -> Watermark:
         """The partition's watermark: kept in memory, restored from the table after a
@@ -492,7 +500,7 @@ class ScorestreamApp:
         event_time = result.ts.timestamp()
         segkey = aggregation.segment_key(segment)
         seen_key = f"{SEEN_PREFIX}{result.suite}|{segkey}|{result.kind}:{result.id}"
-        seen = self.state.get(seen_key)
+        seen = self.seen.get(seen_key)
         if seen is not None and seen[0] == event_time:
             return  # the same case, replayed: counted once
         watermark = self._watermark(partition)
@@ -501,16 +509,7 @@ class ScorestreamApp:
         if len(open_windows) < len(windows):
             self.telemetry.record_late(result.suite)
         watermark.observe(event_time, now)
-        self.state[seen_key] = [event_time, partition]
-        positioned = result.model_copy(
-            update={
-                "source": RecordSource(
-                    topic=event.message.topic,
-                    partition=partition,
-                    offset=event.message.offset,
-                )
-            }
-        )
+        self.seen[seen_key] = [event_time, partition]
         aggregator = AGGREGATORS[result.suite]
         for window in open_windows:
             key = WINDOW_PREFIX + aggregation.aggregate_key(result.suite, segment, window)
@@ -522,7 +521,7 @@ class ScorestreamApp:
                     result.suite, segment, window, self.settings.reservoir_size
                 )
             )
-            state, applied = aggregation.update(state, positioned, aggregator)
+            state, applied = aggregation.update(state, result, aggregator)
             if applied:
                 self.state[key] = {"state": state, "partition": partition}
                 self.dirty.add(key)
@@ -533,16 +532,11 @@ class ScorestreamApp:
         if watermark.anchor is not None and self.state.get(key) != watermark.to_json():
             self.state[key] = watermark.to_json()
         grace = self.settings.grace
-        horizon = max(w.size for w in self.windows) + grace + self.settings.stream.dedupe_horizon
-        oldest_kept = (watermark.value(now) or 0.0) - horizon
+        self.ticks[partition] = self.ticks.get(partition, 0) + 1
+        if self.ticks[partition] % SEEN_PURGE_EVERY == 0:
+            self._purge_seen(partition, watermark, now)
         for key, stored in list(self.state.items()):
-            if key.startswith(SEEN_PREFIX):
-                if stored[1] == partition and stored[0] < oldest_kept:
-                    del self.state[key]
-                continue
-            if not isinstance(stored, dict) or stored.get("partition") != partition:
-                continue
-            if not key.startswith(WINDOW_PREFIX):
+            if not key.startswith(WINDOW_PREFIX) or stored.get("partition") != partition:
                 continue
             state = stored["state"]
             window = WindowKey.from_json(state["window"])
@@ -553,6 +547,18 @@ class ScorestreamApp:
             elif key in self.dirty:
                 await self._emit_aggregate(key, state, final=False)
                 self.dirty.discard(key)
+
+    def _purge_seen(self, partition: int, watermark: Watermark, now: float) -> None:
+        """Forget the case ids of `partition` far behind the watermark: a replay after a
+        crash comes within minutes, and windows that old are closed anyway."""
+        current = watermark.value(now)
+        if current is None:
+            return
+        horizon = max(w.size for w in self.windows) + self.settings.grace
+        oldest_kept = current - horizon - self.settings.stream.dedupe_horizon
+        for key, (event_time, owner) in list(self.seen.items()):
+            if owner == partition and event_time < oldest_kept:
+                del self.seen[key]
 
     async def _emit_aggregate(self, key: str, state: dict[str, Any], final: bool) -> None:
         aggregator = AGGREGATORS[state["suite"]]
@@ -605,6 +611,21 @@ def _position(event: EventT) -> intake.SourcePosition:
     message = event.message
     timestamp = datetime.fromtimestamp(message.timestamp, UTC) if message.timestamp else None
     return intake.SourcePosition(message.topic, message.partition, message.offset, timestamp)
+
+
+def _positioned_result(data: dict[str, Any], event: EventT) -> CaseResult:
+    """A result read back for aggregation, without re-validating this worker's own output.
+
+    Its `source` becomes its position on the aggregate-input topic: the window state's
+    high-water mark then skips a replay of that topic after a crash.
+    """
+    message = event.message
+    source = RecordSource.model_construct(
+        topic=message.topic, partition=message.partition, offset=message.offset
+    )
+    return CaseResult.model_construct(
+        **{**data, "ts": parse_event_time(data["ts"]), "source": source}
+    )
 
 
 def _where(source: intake.SourcePosition) -> tuple[str, int, int]:

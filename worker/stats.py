@@ -7,6 +7,7 @@ the reservoir is bounded).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 from collections.abc import Iterable, Sequence
@@ -68,6 +69,7 @@ class Moments:
         return cls(int(count), float(total), float(total_sq), low, high)
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def sample_key(item_id: str) -> float:
     """A uniform pseudo-random number in [0, 1) fixed by the item's id."""
     digest = hashlib.blake2b(item_id.encode("utf-8"), digest_size=8).digest()
