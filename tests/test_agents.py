@@ -14,6 +14,7 @@ from tests.streamkit import make_config, settings_of
 from worker.app import ScorestreamApp
 from worker.engines import Engines
 from worker.suites.alignment.embedding import HashingEmbedder
+from worker.suites.alignment.scoring import SessionState
 
 SAFE_CASE = b'{"id": "c1", "suite": "safe", "model": "m1", "payload": {"output": {"summary": "x"}}}'
 
@@ -148,3 +149,73 @@ async def test_results_are_rekeyed_by_suite_and_segment(harness: Harness) -> Non
     routed = harness.to(f"{harness.scorer.settings.app_id}-aggregate-input")
     assert sorted(key for key, _ in routed) == ["safe|all", "safe|model=m1"]
     assert {tuple(value["segment"].items()) for _, value in routed} == {(), (("model", "m1"),)}
+
+
+def turn(session: str, index: int, persona: str, text: str, final: bool = False) -> bytes:
+    return orjson.dumps(
+        {
+            "id": f"{session}-{index}",
+            "suite": "alignment",
+            "payload": {
+                "session_id": session,
+                "turn_index": index,
+                "persona_id": persona,
+                "text": text,
+                "final": final,
+            },
+        }
+    )
+
+
+async def test_sessions_agent_scores_turns_and_closes_on_final(harness: Harness) -> None:
+    turns = [
+        turn("s1", 1, "tunetide", "Totally! Want a chill mix next?", final=True),
+        turn("s1", 0, "tunetide", "Hey! Your playlist is ready."),
+        turn("s1", 0, "tunetide", "Hey! Your playlist is ready."),  # a repeat
+    ]
+    async with harness.agent("score").test_context() as agent:
+        for value in turns:
+            await agent.put(value, key=b"x")
+    forwarded = harness.to(f"{harness.scorer.settings.app_id}-alignment-turns")
+    harness.sent.clear()
+    async with harness.agent("sessions").test_context() as agent:
+        for key, value in forwarded:
+            await agent.put(orjson.dumps(value), key=key.encode())
+    results = harness.to(harness.scorer.settings.topics.results)
+    kinds = [(value["kind"], key) for key, value in results]
+    assert kinds == [
+        ("turn", "alignment:s1-1"),  # final, but turn 0 is still missing: stays open
+        ("turn", "alignment:s1-0"),
+        ("session", "alignment:session:s1"),  # complete: closed
+        ("turn", "alignment:s1-0"),  # a late repeat: same key again, session not reopened
+    ]
+    sessions = [value for key, value in results if value["kind"] == "session"]
+    assert sessions[0]["counts"]["turns"] == 2
+    assert sessions[0]["grade"] in {"A", "B", "C", "D", "F"}
+
+
+async def test_a_turn_of_another_persona_is_a_dead_letter_and_the_session_goes_on(
+    harness: Harness,
+) -> None:
+    turns = [
+        turn("s2", 0, "tunetide", "Hey! Your playlist is ready."),
+        turn("s2", 1, "ledgerline", "Your transfer has been scheduled."),
+        turn("s2", 2, "tunetide", "Enjoy the tunes!", final=True),
+    ]
+    async with harness.agent("score").test_context() as agent:
+        for value in turns:
+            await agent.put(value, key=b"x")
+    forwarded = harness.to(f"{harness.scorer.settings.app_id}-alignment-turns")
+    harness.sent.clear()
+    async with harness.agent("sessions").test_context() as agent:
+        for key, value in forwarded:
+            await agent.put(orjson.dumps(value), key=key.encode())
+    (letter,) = harness.dead_letters()
+    assert letter["error"]["type"] == "invalid_record"
+    assert "ledgerline" in letter["error"]["message"]
+    assert orjson.loads(letter["raw"])["id"] == "s2-1"  # the original record, not a wrapper
+    results = harness.to(harness.scorer.settings.topics.results)
+    assert [value["kind"] for _, value in results] == ["turn", "turn"]
+    # Turn 1 never counted, so the session waits for its idle timeout to close.
+    stored = harness.scorer.sessions["s2"]
+    assert sorted(SessionState.from_json(stored["state"]).turns) == [0, 2]

@@ -26,7 +26,7 @@ import time
 import weakref
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -68,6 +68,16 @@ SEEN_PREFIX = "seen|"
 GATE_PREFIX = "gate|"
 WATERMARK_PREFIX = "wm|"
 SEEN_PURGE_EVERY = 30  # ticks
+
+
+@dataclass(frozen=True)
+class _TurnContext:
+    """An alignment record on the session stream, with where and when it was read."""
+
+    record: AlignmentRecord
+    source: intake.SourcePosition
+    event_time: datetime
+    received: datetime
 
 
 def faust_settings(settings: Settings, broker: str) -> dict[str, Any]:
@@ -320,86 +330,115 @@ class ScorestreamApp:
     async def _apply_alignment(self, event: EventT, data: dict[str, Any], vectors: Any) -> None:
         record = AlignmentRecord.model_validate(data["record"], strict=False)
         topic, partition, offset = data["source"]
-        source = intake.SourcePosition(topic, partition, offset)
-        event_time = datetime.fromtimestamp(float(data["event_time"]), UTC)
-        received = datetime.fromtimestamp(float(data["received"]), UTC)
-        payload = record.payload
-        now = self.clock()
+        context = _TurnContext(
+            record=record,
+            source=intake.SourcePosition(topic, partition, offset),
+            event_time=datetime.fromtimestamp(float(data["event_time"]), UTC),
+            received=datetime.fromtimestamp(float(data["received"]), UTC),
+        )
         try:
-            if isinstance(payload, AlignmentSessionPayload):
-                state = self.engines.new_session(payload.session_id, payload.persona_id)
-                for index, (turn, vector) in enumerate(zip(payload.turns, vectors, strict=True)):
-                    started = time.perf_counter()
-                    scored_turn = self.engines.score_turn(
-                        (payload.persona_id, turn.assistant), vector
-                    )
-                    state.add(index, scored_turn, vector, turn.assistant, now=now)
-                    await self._emit_turn(
-                        record,
-                        f"{record.id}#{index}",
-                        scored_turn,
-                        source,
-                        event_time,
-                        received,
-                        time.perf_counter() - started,
-                    )
-                await self._close_session(state, event_time, record.model, record.labels)
-                return
-            assert isinstance(payload, AlignmentTurnPayload)
-            started = time.perf_counter()
-            scored_turn = self.engines.score_turn(payload, vectors[0])
-            elapsed = time.perf_counter() - started
-        except Exception as exc:
+            if isinstance(record.payload, AlignmentSessionPayload):
+                await self._apply_whole_session(context, record.payload, vectors)
+            else:
+                await self._apply_turn(context, record.payload, vectors[0], event)
+        except intake.Rejected as rejected:
+            await self._dead_letter_record(event, data, rejected.reason, rejected.message, context)
+        except Exception as exc:  # a scorer bug must not kill the agent or lose the record
             log.exception("alignment scoring failed")
-            position = intake.SourcePosition(topic, partition, offset)
-            await self._dead_letter(event, intake.SCORING_ERROR, repr(exc), position)
-            return
-        await self._emit_turn(record, record.id, scored_turn, source, event_time, received, elapsed)
+            await self._dead_letter_record(event, data, intake.SCORING_ERROR, repr(exc), context)
+
+    async def _dead_letter_record(
+        self, event: EventT, data: dict[str, Any], reason: str, message: str, context: _TurnContext
+    ) -> None:
+        """Dead-letter the original input record of a forwarded alignment message."""
+        letter = intake.dead_letter(
+            orjson.dumps(data["record"]),
+            reason,
+            message,
+            context.source,
+            self.settings.dlq_max_raw_bytes,
+            self.now(),
+        )
+        key = context.record.payload.session_id.encode("utf-8")
+        await self.dlq_topic.send(key=key, value=letter.model_dump_json().encode("utf-8"))
+        self.telemetry.record_dead_letter(reason)
+        log.warning("dead letter %s at %s:%s@%s: %s", reason, *_where(context.source), message)
+
+    async def _apply_whole_session(
+        self, context: _TurnContext, payload: AlignmentSessionPayload, vectors: Any
+    ) -> None:
+        """Score every turn of a session sent at once, then the session."""
+        record = context.record
+        state = self.engines.new_session(payload.session_id, payload.persona_id)
+        for index, (turn, vector) in enumerate(zip(payload.turns, vectors, strict=True)):
+            started = time.perf_counter()
+            scored_turn = self.engines.score_turn((payload.persona_id, turn.assistant), vector)
+            state.add(index, scored_turn, vector, turn.assistant, now=self.clock())
+            elapsed = time.perf_counter() - started
+            await self._emit_turn(context, f"{record.id}#{index}", scored_turn, elapsed)
+        await self._close_session(state, context.event_time, record.model, record.labels)
+
+    async def _apply_turn(
+        self, context: _TurnContext, payload: AlignmentTurnPayload, vector: Any, event: EventT
+    ) -> None:
+        """Score one turn, add it to its session, and close the session on `final`."""
         stored = self.sessions.get(payload.session_id)
+        if stored and stored.get("closed"):
+            # A late repeat of a closed session's turn: its result is re-published under
+            # the same key (idempotent for consumers); the session is not reopened.
+            scored_turn = self.engines.score_turn(payload, vector)
+            await self._emit_turn(context, context.record.id, scored_turn, 0.0)
+            return
         state = (
             SessionState.from_json(stored["state"])
             if stored
             else self.engines.new_session(payload.session_id, payload.persona_id)
         )
-        state.add(payload.turn_index, scored_turn, vectors[0], payload.text, payload.final, now)
-        meta = _session_meta(stored, record, event_time)
-        if state.final:
+        if state.persona_id != payload.persona_id:
+            raise intake.Rejected(
+                intake.INVALID_RECORD,
+                f"turn of persona {payload.persona_id!r} in session {payload.session_id!r} "
+                f"of persona {state.persona_id!r}",
+            )
+        started = time.perf_counter()
+        scored_turn = self.engines.score_turn(payload, vector)
+        elapsed = time.perf_counter() - started
+        await self._emit_turn(context, context.record.id, scored_turn, elapsed)
+        now = self.clock()
+        state.add(payload.turn_index, scored_turn, vector, payload.text, payload.final, now)
+        meta = _session_meta(stored, context.record, context.event_time)
+        if payload.final:
+            meta["final_index"] = payload.turn_index
+        partition = event.message.partition
+        if _is_complete(state, meta.get("final_index")):
             closed_at = datetime.fromtimestamp(meta["ts"], UTC)
             await self._close_session(state, closed_at, meta["model"], meta["labels"])
-            if stored:
-                del self.sessions[payload.session_id]
+            self.sessions[payload.session_id] = {"closed": True, "at": now, "partition": partition}
             return
         self.sessions[payload.session_id] = {
             "state": state.to_json(),
-            "partition": event.message.partition,
+            "partition": partition,
             **meta,
         }
 
     async def _emit_turn(
-        self,
-        record: AlignmentRecord,
-        turn_id: str,
-        turn: Any,
-        source: intake.SourcePosition,
-        event_time: datetime,
-        received: datetime,
-        elapsed: float,
+        self, context: _TurnContext, turn_id: str, turn: Any, elapsed: float
     ) -> None:
         result = intake.build_result(
             case_id=turn_id,
             suite="alignment",
             kind="turn",
             scored=turn_scored(turn),
-            event_time=event_time,
-            model=record.model,
-            labels=record.labels,
+            event_time=context.event_time,
+            model=context.record.model,
+            labels=context.record.labels,
             versions=self.engines.versions("alignment"),
-            source=source,
+            source=context.source,
             scored_at=self.now(),
-            received_at=received,
+            received_at=context.received,
         )
         await self._publish_result(result)
-        self._observe(result, elapsed, event_time)
+        self._observe(result, elapsed, context.event_time)
 
     async def _close_session(
         self,
@@ -446,6 +485,10 @@ class ScorestreamApp:
         timeout = self.settings.alignment.session_idle_timeout
         for session_id, stored in list(self.sessions.items()):
             if stored.get("partition") != partition:
+                continue
+            if stored.get("closed"):
+                if now - float(stored["at"]) >= timeout:
+                    del self.sessions[session_id]  # the tombstone of a closed session
                 continue
             state = SessionState.from_json(stored["state"])
             if state.updated_at is not None and now - state.updated_at < timeout:
@@ -642,11 +685,23 @@ def _assistant_texts(payload: dict[str, Any]) -> list[str]:
 def _session_meta(
     stored: dict[str, Any] | None, record: AlignmentRecord, event_time: datetime
 ) -> dict[str, Any]:
-    """Model, labels and the latest event time of a session's turns."""
+    """Model, labels, the latest event time and the final index of a session's turns."""
     latest = event_time.timestamp()
+    meta: dict[str, Any] = {"model": record.model, "labels": dict(record.labels)}
     if stored:
         latest = max(latest, float(stored["ts"]))
-    return {"model": record.model, "labels": dict(record.labels), "ts": latest}
+        if stored.get("final_index") is not None:
+            meta["final_index"] = stored["final_index"]
+    meta["ts"] = latest
+    return meta
+
+
+def _is_complete(state: SessionState, final_index: int | None) -> bool:
+    """Whether every turn up to the final one has arrived (or the bound is reached)."""
+    if final_index is None:
+        return False
+    expected = min(final_index + 1, state.max_turns)
+    return sum(1 for index in state.turns if index <= final_index) >= expected
 
 
 __all__ = ["ScorestreamApp", "event_context", "faust_settings", "gate_windows"]
