@@ -68,6 +68,7 @@ SEEN_PREFIX = "seen|"
 GATE_PREFIX = "gate|"
 WATERMARK_PREFIX = "wm|"
 SEEN_PURGE_EVERY = 30  # ticks
+EMBEDDING_CHUNK = 16  # texts encoded per executor call inside a micro-batch
 
 
 @dataclass(frozen=True)
@@ -304,28 +305,34 @@ class ScorestreamApp:
             await self._session_batch(list(events))
 
     async def _session_batch(self, events: list[EventT]) -> None:
-        items: list[tuple[EventT, dict[str, Any]]] = []
-        texts: list[str] = []
-        for event in events:
-            data = orjson.loads(event.value)
-            items.append((event, data))
-            if "record" in data:
-                texts.extend(_assistant_texts(data["record"]["payload"]))
-        vectors = None
-        if texts:
-            loop = asyncio.get_running_loop()
-            vectors = await loop.run_in_executor(self.executor, self.engines.embed, texts)
+        """Embed and apply a micro-batch in order, in chunks: while one chunk's turns are
+        scored and published, the executor already encodes the next chunk. The batch is
+        acknowledged only after this returns, so nothing is acked before it is applied."""
+        items = [(event, orjson.loads(event.value)) for event in events]
+        chunks = _chunks_by_texts(items, EMBEDDING_CHUNK)
+        loop = asyncio.get_running_loop()
+
+        def encode(chunk: list[tuple[EventT, dict[str, Any]]]) -> asyncio.Future[Any] | None:
+            texts = [text for _, data in chunk for text in _texts_of(data)]
+            if not texts:
+                return None
             self.telemetry.record_embedding_batch(len(texts))
-        cursor = 0
-        for event, data in items:
-            with event_context(event):
-                if "tick" in data:
-                    await self._expire_sessions(event.message.partition, float(data["tick"]))
-                    continue
-                count = len(_assistant_texts(data["record"]["payload"]))
-                assert vectors is not None
-                await self._apply_alignment(event, data, vectors[cursor : cursor + count])
-                cursor += count
+            return loop.run_in_executor(self.executor, self.engines.embed, texts)
+
+        pending = encode(chunks[0]) if chunks else None
+        for position, chunk in enumerate(chunks):
+            vectors = await pending if pending is not None else None
+            pending = encode(chunks[position + 1]) if position + 1 < len(chunks) else None
+            cursor = 0
+            for event, data in chunk:
+                with event_context(event):
+                    if "tick" in data:
+                        await self._expire_sessions(event.message.partition, float(data["tick"]))
+                        continue
+                    count = len(_texts_of(data))
+                    assert vectors is not None  # the chunk had texts, so it was encoded
+                    await self._apply_alignment(event, data, vectors[cursor : cursor + count])
+                    cursor += count
 
     async def _apply_alignment(self, event: EventT, data: dict[str, Any], vectors: Any) -> None:
         record = AlignmentRecord.model_validate(data["record"], strict=False)
@@ -673,6 +680,29 @@ def _positioned_result(data: dict[str, Any], event: EventT) -> CaseResult:
 
 def _where(source: intake.SourcePosition) -> tuple[str, int, int]:
     return source.topic, source.partition, source.offset
+
+
+def _texts_of(data: dict[str, Any]) -> list[str]:
+    """The texts to embed for one message of the session stream (none for a tick)."""
+    return _assistant_texts(data["record"]["payload"]) if "record" in data else []
+
+
+def _chunks_by_texts(
+    items: list[tuple[EventT, dict[str, Any]]], size: int
+) -> list[list[tuple[EventT, dict[str, Any]]]]:
+    """Consecutive runs of messages holding about `size` texts each, order kept."""
+    chunks: list[list[tuple[EventT, dict[str, Any]]]] = []
+    current: list[tuple[EventT, dict[str, Any]]] = []
+    texts = 0
+    for item in items:
+        current.append(item)
+        texts += len(_texts_of(item[1]))
+        if texts >= size:
+            chunks.append(current)
+            current, texts = [], 0
+    if current:
+        chunks.append(current)
+    return chunks
 
 
 def _assistant_texts(payload: dict[str, Any]) -> list[str]:
