@@ -303,3 +303,39 @@ def test_update_order_does_not_change_the_figures(
         next(queues[item.source.partition]) if item.source else item for item in shuffled
     ]
     assert_same_figures(fold(interleaved, 4), fold(results, 4))
+
+
+def test_ci_of_a_window_larger_than_its_reservoir_matches_the_full_bootstrap() -> None:
+    """A sampled window's CI is close to the CI from every value, and holds the mean."""
+    import random
+
+    from worker.stats import bootstrap_ci
+
+    rng = random.Random(7)
+    values = [min(1.0, max(0.0, rng.gauss(0.7, 0.15))) for _ in range(5000)]
+    window = WindowKey(60.0, None, 0.0)
+    state = agg.initialise("safe", {}, window, reservoir_size=128)
+    for index, value in enumerate(values):
+        state, _ = agg.update(state, _ci_result(index, value), None)
+    summary = agg.metric_summary(state, "composite")
+    full_low, full_high = bootstrap_ci(values)
+    assert summary.ci_low is not None and summary.ci_high is not None
+    assert summary.ci_low < summary.mean < summary.ci_high
+    full_width = full_high - full_low
+    assert abs((summary.ci_high - summary.ci_low) - full_width) < 0.3 * full_width
+    assert summary.mean == pytest.approx(sum(values) / len(values))
+
+
+def _ci_result(index: int, value: float) -> CaseResult:
+    return CaseResult.model_validate(
+        {
+            "id": f"c{index}",
+            "suite": "safe",
+            "kind": "case",
+            "ts": "2026-01-01T00:00:30Z",
+            "scores": {"composite": value},
+            "versions": {"scorer": "t", "metrics": "t"},
+            "scored_at": "2026-01-01T00:00:30Z",
+        },
+        strict=False,
+    )

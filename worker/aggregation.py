@@ -317,12 +317,25 @@ def merge(left: State, right: State, aggregator: SuiteAggregator | None) -> Stat
 
 
 def metric_summary(state: State, metric: str, confidence_intervals: bool = True) -> MetricSummary:
-    """Mean, min, max, population std and a bootstrap CI (over the reservoir) of a metric."""
+    """Mean, min, max, population std and a bootstrap CI (over the reservoir) of a metric.
+
+    While the reservoir holds every value the CI is the plain bootstrap of the mean. Once
+    the window has more values than the reservoir, the bootstrap of the sample estimates
+    the spread of a mean of `k` values; the window's mean is over `n`, so the interval is
+    centred on the exact mean and its spread scaled by sqrt(k / n).
+    """
     moments = Moments.from_json(state["moments"][metric])
     ci_low = ci_high = None
     if confidence_intervals and moments.count:
         values = Reservoir.from_json(state["samples"][metric]).values()
         ci_low, ci_high = bootstrap_ci(values)
+        exact_mean = moments.mean
+        sampled = moments.count > len(values)
+        if sampled and ci_low is not None and ci_high is not None and exact_mean is not None:
+            sample_mean = math.fsum(values) / len(values)
+            shrink = math.sqrt(len(values) / moments.count)
+            ci_low = exact_mean + (ci_low - sample_mean) * shrink
+            ci_high = exact_mean + (ci_high - sample_mean) * shrink
     return MetricSummary(
         mean=moments.mean,
         min=None if moments.low is None else float(moments.low),
