@@ -42,7 +42,7 @@ from schemas.envelope import ExtractionRecord, SafeRecord  # noqa: E402
 from topics.provision import create_topics  # noqa: E402
 from worker import intake  # noqa: E402
 from worker.app import ScorestreamApp  # noqa: E402
-from worker.broker import EmbeddedBroker  # noqa: E402
+from worker.broker import TANSU_STREAM_SETTINGS, EmbeddedBroker  # noqa: E402
 from worker.commands.stream import record_key, topic_names  # noqa: E402
 from worker.config import Settings, load_settings  # noqa: E402
 from worker.engines import Engines  # noqa: E402
@@ -373,13 +373,9 @@ def bench_settings(batch_size: int | None = 1) -> Settings:
             "windows": [{"size": "1m"}],
             "grace": "2s",
             "stream": {
+                **TANSU_STREAM_SETTINGS,
                 "partitions": PARTITIONS,
-                "session_timeout": 6,
-                "rebalance_timeout": 6,
-                "heartbeat_interval": 1,
-                "commit_interval": 0.5,
                 "producer_max_batch_size": batch_size,
-                "tick_interval": 0.5,
             },
             "extraction": {
                 "schemas": {"duee_fin": str(EXAMPLES / "extraction" / "duee_fin_schema.jsonl")},

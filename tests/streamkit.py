@@ -22,20 +22,14 @@ from aiokafka import AIOKafkaConsumer
 
 from topics.provision import create_topics
 from worker.app import ScorestreamApp
+from worker.broker import TANSU_STREAM_SETTINGS
 from worker.commands.stream import produce_lines, topic_names
 from worker.config import Settings, load_settings
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples"
 
-TANSU_STREAM = {
-    "session_timeout": 6,
-    "rebalance_timeout": 6,
-    "heartbeat_interval": 1,
-    "commit_interval": 0.5,
-    "producer_max_batch_size": 1,
-    "tick_interval": 0.5,
-}
+TANSU_STREAM = TANSU_STREAM_SETTINGS
 
 
 def make_config(**overrides: Any) -> dict[str, Any]:

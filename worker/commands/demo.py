@@ -35,7 +35,7 @@ from rich.console import Console, RenderableType
 from rich.live import Live
 
 from topics.provision import create_topics
-from worker.broker import EmbeddedBroker
+from worker.broker import TANSU_STREAM_SETTINGS, EmbeddedBroker
 from worker.cli import EXIT_ERROR, UsageError
 from worker.commands.stream import read_lines, record_key, topic_names
 from worker.config import ConfigError, Settings, load_settings
@@ -48,17 +48,9 @@ DEMO_DIR = REPO / "examples" / "demo"
 DEFAULT_CONFIG = DEMO_DIR / "config.yaml"
 STREAM = DEMO_DIR / "stream.jsonl"
 
-# Tansu needs short group timeouts and one record per produce batch (it reports wrong end
-# offsets after multi-record batches, which breaks table recovery). Applied to every
-# `stream` key the configuration does not set; the batch size always.
-EMBEDDED_STREAM: dict[str, Any] = {
-    "session_timeout": 6,
-    "rebalance_timeout": 6,
-    "heartbeat_interval": 1,
-    "commit_interval": 0.5,
-    "producer_max_batch_size": 1,
-    "tick_interval": 0.5,
-}
+# Tansu's tuning (worker.broker) is applied to every `stream` key the configuration does
+# not set; the batch size always.
+EMBEDDED_STREAM: dict[str, Any] = dict(TANSU_STREAM_SETTINGS)
 READY_TIMEOUT = 90.0
 PHASE_TIMEOUT = 30.0
 FINISH_TIMEOUT = float(os.environ.get("SCORESTREAM_DEMO_TIMEOUT", "90"))
