@@ -40,6 +40,18 @@ class Harness:
     def to(self, topic: str) -> list[tuple[str, Any]]:
         return [(key, value) for name, key, value in self.sent if name == topic]
 
+    async def through_sessions(self, records: list[bytes]) -> None:
+        """Run input records through the score agent, then what it routed through the
+        sessions agent; only the sessions agent's sends are kept."""
+        async with self.agent("score").test_context() as agent:
+            for value in records:
+                await agent.put(value, key=b"x")
+        forwarded = self.to(f"{self.scorer.settings.app_id}-alignment-turns")
+        self.sent.clear()
+        async with self.agent("sessions").test_context() as agent:
+            for key, value in forwarded:
+                await agent.put(orjson.dumps(value), key=key.encode())
+
     def dead_letters(self) -> list[dict[str, Any]]:
         return [orjson.loads(call.kwargs["value"]) for call in self.dead.call_args_list]
 
@@ -173,14 +185,7 @@ async def test_sessions_agent_scores_turns_and_closes_on_final(harness: Harness)
         turn("s1", 0, "tunetide", "Hey! Your playlist is ready."),
         turn("s1", 0, "tunetide", "Hey! Your playlist is ready."),  # a repeat
     ]
-    async with harness.agent("score").test_context() as agent:
-        for value in turns:
-            await agent.put(value, key=b"x")
-    forwarded = harness.to(f"{harness.scorer.settings.app_id}-alignment-turns")
-    harness.sent.clear()
-    async with harness.agent("sessions").test_context() as agent:
-        for key, value in forwarded:
-            await agent.put(orjson.dumps(value), key=key.encode())
+    await harness.through_sessions(turns)
     results = harness.to(harness.scorer.settings.topics.results)
     kinds = [(value["kind"], key) for key, value in results]
     assert kinds == [
@@ -202,14 +207,7 @@ async def test_a_turn_of_another_persona_is_a_dead_letter_and_the_session_goes_o
         turn("s2", 1, "ledgerline", "Your transfer has been scheduled."),
         turn("s2", 2, "tunetide", "Enjoy the tunes!", final=True),
     ]
-    async with harness.agent("score").test_context() as agent:
-        for value in turns:
-            await agent.put(value, key=b"x")
-    forwarded = harness.to(f"{harness.scorer.settings.app_id}-alignment-turns")
-    harness.sent.clear()
-    async with harness.agent("sessions").test_context() as agent:
-        for key, value in forwarded:
-            await agent.put(orjson.dumps(value), key=key.encode())
+    await harness.through_sessions(turns)
     (letter,) = harness.dead_letters()
     assert letter["error"]["type"] == "invalid_record"
     assert "ledgerline" in letter["error"]["message"]
