@@ -41,11 +41,11 @@ sys.path.insert(0, str(REPO))
 from schemas.envelope import ExtractionRecord, SafeRecord  # noqa: E402
 from topics.provision import create_topics  # noqa: E402
 from worker import intake  # noqa: E402
-from worker.app import ScorestreamApp  # noqa: E402
 from worker.broker import TANSU_STREAM_SETTINGS, EmbeddedBroker  # noqa: E402
 from worker.commands.stream import record_key, topic_names  # noqa: E402
 from worker.config import Settings, load_settings  # noqa: E402
 from worker.engines import Engines  # noqa: E402
+from worker.stream import ScorestreamApp  # noqa: E402
 
 EXAMPLES = REPO / "examples"
 TARGETS = {"safe": 0.3, "extraction": 0.3, "alignment": 0.8}

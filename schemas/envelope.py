@@ -111,15 +111,18 @@ def parse_event_time(value: str | int | None) -> datetime | None:
     """Turn an RFC 3339 string or epoch milliseconds into an aware UTC datetime."""
     if value is None:
         return None
-    if isinstance(value, int):
-        return datetime.fromtimestamp(value / 1000, tz=UTC)
-    text = value.strip()
-    if text.endswith(("Z", "z")):
-        text = text[:-1] + "+00:00"
-    parsed = datetime.fromisoformat(text)
-    if parsed.tzinfo is None:
-        raise ValueError("RFC 3339 time needs an offset or 'Z'")
-    return parsed.astimezone(UTC)
+    try:
+        if isinstance(value, int):
+            return datetime.fromtimestamp(value / 1000, tz=UTC)
+        text = value.strip()
+        if text.endswith(("Z", "z")):
+            text = text[:-1] + "+00:00"
+        parsed = datetime.fromisoformat(text)
+        if parsed.tzinfo is None:
+            raise ValueError("RFC 3339 time needs an offset or 'Z'")
+        return parsed.astimezone(UTC)
+    except (OverflowError, OSError) as exc:  # epoch values beyond what datetime holds
+        raise ValueError(f"time out of range: {value!r}") from exc
 
 
 class _EnvelopeBase(InputModel):

@@ -21,10 +21,10 @@ import yaml
 from aiokafka import AIOKafkaConsumer
 
 from topics.provision import create_topics
-from worker.app import ScorestreamApp
 from worker.broker import TANSU_STREAM_SETTINGS
 from worker.commands.stream import produce_lines, topic_names
 from worker.config import Settings, load_settings
+from worker.stream import ScorestreamApp
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples"
@@ -47,6 +47,7 @@ def make_config(**overrides: Any) -> dict[str, Any]:
         "segment_by": ["model"],
         "windows": [{"size": "1m"}],
         "grace": "1s",
+        "idle_timeout": "1s",
         "metrics_port": 0,
         "stream": dict(TANSU_STREAM),
         "extraction": {
@@ -82,6 +83,16 @@ def retime(
     now = datetime.now(UTC)
     boundary = datetime.fromtimestamp((now.timestamp() // window_s) * window_s, UTC)
     start = boundary - timedelta(seconds=lead_s, milliseconds=step_ms * (len(items) + 1))
+    for index, record in enumerate(items):
+        stamp = start + timedelta(milliseconds=step_ms * index)
+        record["ts"] = stamp.isoformat().replace("+00:00", "Z")
+    return items
+
+
+def live(records: Iterable[dict[str, Any]], step_ms: int = 5) -> list[dict[str, Any]]:
+    """Give records consecutive event times from now on, as live traffic has."""
+    items = [dict(record) for record in records]
+    start = datetime.now(UTC)
     for index, record in enumerate(items):
         stamp = start + timedelta(milliseconds=step_ms * index)
         record["ts"] = stamp.isoformat().replace("+00:00", "Z")
@@ -182,13 +193,13 @@ class WorkerProcess:
         return self.log_path.read_text(encoding="utf-8", errors="replace")
 
     def metrics_url(self, timeout: float = 60.0) -> str:
-        """The /metrics URL the worker announced."""
+        """The /metrics URL the worker announced last (a restart announces a new one)."""
         deadline = time.monotonic() + timeout
-        while not (found := re.search(r"metrics on (http://\S+/metrics)", self.log())):
+        while not (found := re.findall(r"metrics on (http://\S+/metrics)", self.log())):
             if time.monotonic() > deadline:
                 raise AssertionError(f"no metrics URL announced:\n{self.log()[-4000:]}")
             time.sleep(0.1)
-        return found.group(1)
+        return str(found[-1])
 
     def wait_ready(self, timeout: float = 90.0, occurrence: int = 1) -> None:
         deadline = time.monotonic() + timeout

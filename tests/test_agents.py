@@ -5,14 +5,13 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from typing import Any
-from unittest.mock import AsyncMock
 
 import orjson
 import pytest
 
 from tests.streamkit import make_config, settings_of
-from worker.app import ScorestreamApp
 from worker.engines import Engines
+from worker.stream import ScorestreamApp
 from worker.suites.alignment.embedding import HashingEmbedder
 from worker.suites.alignment.scoring import SessionState
 
@@ -27,12 +26,13 @@ class Harness:
         engines = Engines.load(settings, HashingEmbedder())
         self.scorer = ScorestreamApp(settings, "kafka://127.0.0.1:1", engines=engines)
         self.sent: list[tuple[str, str, Any]] = []
-        self.scorer._send = self._record  # type: ignore[method-assign]
-        self.dead = AsyncMock()
-        self.scorer.dlq_topic.send = self.dead  # type: ignore[method-assign]
+        self.scorer.publisher.send = self._record  # type: ignore[method-assign]
 
-    async def _record(self, topic: Any, key: str, value: bytes) -> None:
-        self.sent.append((topic.get_topic_name(), key, orjson.loads(value)))
+    async def _record(
+        self, topic: Any, key: str | bytes, value: bytes, partition: int | None = None
+    ) -> None:
+        text = key.decode() if isinstance(key, bytes) else key
+        self.sent.append((topic.get_topic_name(), text, orjson.loads(value)))
 
     def agent(self, name: str) -> Any:
         return self.scorer.app.agents[name]
@@ -47,13 +47,15 @@ class Harness:
             for value in records:
                 await agent.put(value, key=b"x")
         forwarded = self.to(f"{self.scorer.settings.app_id}-alignment-turns")
-        self.sent.clear()
+        self.sent = [
+            item for item in self.sent if item[0] == self.scorer.settings.topics.dead_letters
+        ]
         async with self.agent("sessions").test_context() as agent:
             for key, value in forwarded:
                 await agent.put(orjson.dumps(value), key=key.encode())
 
     def dead_letters(self) -> list[dict[str, Any]]:
-        return [orjson.loads(call.kwargs["value"]) for call in self.dead.call_args_list]
+        return [value for _, value in self.to(self.scorer.settings.topics.dead_letters)]
 
 
 @pytest.fixture
@@ -102,7 +104,8 @@ async def test_bad_input_goes_to_the_dead_letter_topic_and_the_agent_carries_on(
     (letter,) = harness.dead_letters()
     assert letter["error"]["type"] == reason
     assert letter["source"]["offset"] == 0
-    assert harness.dead.call_args_list[0].kwargs["key"] == b"k"
+    dead_keys = [key for key, _ in harness.to(harness.scorer.settings.topics.dead_letters)]
+    assert dead_keys == ["k"]
     assert [key for key, _ in harness.to(harness.scorer.settings.topics.results)] == ["safe:c1"]
 
 
@@ -150,17 +153,14 @@ async def test_alignment_turns_are_routed_by_session_whatever_the_key(harness: H
     assert routed[0][1]["record"]["id"] == "t1"
 
 
-async def test_results_are_rekeyed_by_suite_and_segment(harness: Harness) -> None:
+async def test_results_reach_the_windows_keyed_by_suite_and_segment(harness: Harness) -> None:
     async with harness.agent("score").test_context() as agent:
         await agent.put(SAFE_CASE, key=b"c1")
     (_, result) = harness.to(harness.scorer.settings.topics.results)[0]
-    turn = dict(result, kind="turn", suite="alignment", id="t", label=None)
-    async with harness.agent("route").test_context() as agent:
-        await agent.put(orjson.dumps(result), key=b"safe:c1")
-        await agent.put(orjson.dumps(turn), key=b"alignment:t")
     routed = harness.to(f"{harness.scorer.settings.app_id}-aggregate-input")
     assert sorted(key for key, _ in routed) == ["safe|all", "safe|model=m1"]
     assert {tuple(value["segment"].items()) for _, value in routed} == {(), (("model", "m1"),)}
+    assert all(value["result"] == result for _, value in routed)
 
 
 def turn(session: str, index: int, persona: str, text: str, final: bool = False) -> bytes:

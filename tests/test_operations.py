@@ -1,5 +1,5 @@
-"""Operating the worker as a process: Prometheus scrapes it, two workers share the
-input partitions, and a worker killed with SIGKILL loses nothing and counts nothing twice."""
+"""Operating the worker as a process: a real Prometheus scrapes it. (Two workers and
+SIGKILL with downtime are in test_event_time.py.)"""
 
 from __future__ import annotations
 
@@ -17,7 +17,6 @@ import pytest
 
 from tests.streamkit import (
     EXAMPLES,
-    TopicReader,
     WorkerProcess,
     as_lines,
     envelopes,
@@ -121,88 +120,3 @@ async def test_prometheus_scrapes_the_worker(broker: EmbeddedBroker, tmp_path: P
             prometheus.terminate()
             prometheus.wait(10)
         worker.stop()
-
-
-async def test_two_workers_share_partitions_without_loss_or_repeats(
-    broker: EmbeddedBroker, tmp_path: Path
-) -> None:
-    config = make_config()
-    settings = settings_of(config)
-    topics = settings.topics
-    await provision(settings, broker.url)
-    first, second = workers(tmp_path, broker, config, 2)
-    first.start()
-    second.start()
-    try:
-        first.wait_ready()
-        second.wait_ready()
-        await asyncio.sleep(2)  # let the group settle after the second join
-        cases = safe_cases(200)
-        async with TopicReader(broker.bootstrap, topics.results) as reader:
-            await produce(broker.bootstrap, topics.input, as_lines(cases))
-            await reader.until(
-                lambda r: len(r.records[topics.results]) >= len(cases),
-                timeout=90,
-                what="every result",
-            )
-            await reader.poll(2.0)
-        keys = [key for key, _ in reader.keyed(topics.results)]
-        assert sorted(keys) == sorted(f"safe:{case['id']}" for case in cases)
-        shares = [
-            scrape_total(worker.metrics_url(), "scorestream_cases_total")
-            for worker in (first, second)
-        ]
-        assert sum(shares) == len(cases)
-        assert all(share > 0 for share in shares), f"one worker did all the work: {shares}"
-    finally:
-        first.stop()
-        second.stop()
-
-
-async def test_sigkill_loses_no_result_and_counts_nothing_twice(
-    broker: EmbeddedBroker, tmp_path: Path
-) -> None:
-    config = make_config()
-    settings = settings_of(config)
-    topics = settings.topics
-    await provision(settings, broker.url)
-    (worker,) = workers(tmp_path, broker, config, 1)
-    worker.start()
-    cases = safe_cases(400, lead_s=40.0)  # the window closes ~40 s after these are read
-    async with TopicReader(broker.bootstrap, topics.results, topics.aggregates) as reader:
-        try:
-            worker.wait_ready()
-            await produce(broker.bootstrap, topics.input, as_lines(cases))
-            await reader.until(
-                lambda r: len(r.records[topics.results]) >= 50,
-                timeout=60,
-                what="the worker to get going",
-            )
-            worker.kill()
-            killed_at = len(reader.records[topics.results])
-            worker.start()
-            worker.wait_ready(occurrence=2)
-            await reader.until(
-                lambda r: (
-                    {key for key, _ in r.keyed(topics.results)}
-                    >= {f"safe:{case['id']}" for case in cases}
-                ),
-                timeout=90,
-                what="every case after the restart",
-            )
-            await reader.until(
-                lambda r: any(
-                    v["final"] and v["segment"] == {} for v in r.values(topics.aggregates)
-                ),
-                timeout=90,
-                what="the final aggregate",
-            )
-            await reader.poll(2.0)
-        finally:
-            worker.stop()
-    assert killed_at < len(cases), "the kill came too late to test anything"
-    finals = [v for v in reader.values(topics.aggregates) if v["final"] and v["segment"] == {}]
-    assert len(finals) == 1
-    assert finals[0]["count"] == len(cases)
-    per_model = [v for v in reader.values(topics.aggregates) if v["final"] and v["segment"]]
-    assert sum(v["count"] for v in per_model) == len(cases)

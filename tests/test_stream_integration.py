@@ -152,11 +152,12 @@ async def test_final_aggregates_equal_the_offline_report(
     safe_cases = retime(envelopes(EXAMPLES / "safe" / "envelopes.jsonl"))
     extraction_cases = retime(envelopes(EXAMPLES / "extraction" / "envelopes.jsonl"))
     await provision(settings, broker.url)
+    # Produced before the worker starts: it reads a backlog of in-order records.
+    await produce(broker.bootstrap, topics.input, as_lines(safe_cases + extraction_cases))
     async with (
         InProcessWorker(settings, broker.url),
         TopicReader(broker.bootstrap, topics.aggregates) as reader,
     ):
-        await produce(broker.bootstrap, topics.input, as_lines(safe_cases + extraction_cases))
         expected_finals = {("safe", "all"), ("extraction", "all")} | {
             (case["suite"], case["model"]) for case in safe_cases + extraction_cases
         }
@@ -235,15 +236,12 @@ async def test_gate_fires_on_a_drop_and_resolves_on_recovery(broker: EmbeddedBro
         record["ts"] = shift_minutes(record["ts"], -1)
         record["id"] = f"drop-{record['id']}"
     await provision(settings, broker.url)
+    # Both minutes are history when the worker starts: their windows close in order.
+    await produce(broker.bootstrap, topics.input, as_lines(drop + recovery))
     async with (
         InProcessWorker(settings, broker.url),
         TopicReader(broker.bootstrap, topics.gates) as reader,
     ):
-        await produce(broker.bootstrap, topics.input, as_lines(drop))
-        await reader.until(
-            lambda r: len(r.values(topics.gates)) >= 1, timeout=60, what="the gate to fire"
-        )
-        await produce(broker.bootstrap, topics.input, as_lines(recovery))
         await reader.until(
             lambda r: len(r.values(topics.gates)) >= 2, timeout=60, what="the gate to resolve"
         )

@@ -269,7 +269,8 @@ class StreamSettings(Section):
     heartbeat_interval: Duration = 3.0
     commit_interval: Duration = 2.8
     producer_max_batch_size: int | None = Field(default=None, ge=1)
-    tick_interval: Duration = 1.0
+    tick_interval: Duration = 1.0  # how often watermark markers go out
+    marker_heartbeat: Duration = 5.0  # re-send unchanged progress this often
     dedupe_horizon: Duration = 7200.0
 
 
@@ -291,6 +292,8 @@ class Settings(BaseSettings):
         default_factory=lambda: [WindowConfig(size=60.0), WindowConfig(size=3600.0, step=300.0)]
     )
     grace: Duration = 10.0
+    idle_timeout: Duration = 10.0
+    max_future_skew: Duration = 300.0
     metrics_port: int = Field(default=9108, ge=0, le=65535)
     max_record_bytes: int = Field(default=1024 * 1024, ge=1)
     dlq_max_raw_bytes: int = Field(default=64 * 1024, ge=1)

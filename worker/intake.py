@@ -10,7 +10,7 @@ from __future__ import annotations
 import base64
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 
 import orjson
 from pydantic import TypeAdapter, ValidationError
@@ -24,6 +24,7 @@ from schemas.outputs import (
     RecordSource,
     Versions,
 )
+from worker.eventtime import InvalidEventTime, check_event_time
 from worker.suites.base import SCORER_VERSION, Scored
 
 INPUT_RECORDS: TypeAdapter[InputRecord] = TypeAdapter(InputRecord)
@@ -37,6 +38,7 @@ UNKNOWN_SUITE = "unknown_suite"
 UNKNOWN_PERSONA = "unknown_persona"
 UNKNOWN_SCHEMA = "unknown_schema"
 SCORING_ERROR = "scoring_error"
+INVALID_TIMESTAMP = "invalid_timestamp"
 
 
 class Rejected(Exception):
@@ -92,7 +94,19 @@ def decode_record(raw: bytes | None, max_bytes: int) -> InputRecord:
     try:
         return INPUT_RECORDS.validate_python(data)
     except ValidationError as exc:
-        raise Rejected(INVALID_RECORD, describe_validation_error(exc)) from None
+        bad_time = any(err["loc"][1:2] == ("ts",) for err in exc.errors())
+        reason = INVALID_TIMESTAMP if bad_time else INVALID_RECORD
+        raise Rejected(reason, describe_validation_error(exc)) from None
+
+
+def usable_event_time(event_time: datetime, now: datetime, max_future_skew: float) -> datetime:
+    """`event_time` if windows can use it; `Rejected(INVALID_TIMESTAMP)` when it is
+    before 1970 or more than `max_future_skew` seconds ahead of `now`."""
+    try:
+        check_event_time(event_time.timestamp(), now.timestamp(), max_future_skew)
+    except InvalidEventTime as exc:
+        raise Rejected(INVALID_TIMESTAMP, str(exc)) from None
+    return event_time
 
 
 def dead_letter(
@@ -179,7 +193,3 @@ def build_result(
 
 def scorer_versions(metrics: str, protocol: str | None = None) -> Versions:
     return Versions(scorer=SCORER_VERSION, metrics=metrics, protocol=protocol)
-
-
-def utc_now() -> datetime:
-    return datetime.now(UTC)

@@ -10,10 +10,11 @@ characters to `_`), and names that collide with a fixed label (`suite`, `metric`
 
 from __future__ import annotations
 
+import contextlib
 import math
 import re
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import (
@@ -158,7 +159,7 @@ class Telemetry:
     def from_settings(cls, settings: Settings, max_label_values: int = 50) -> Telemetry:
         return cls(segment_by=settings.segment_by, max_label_values=max_label_values)
 
-    def _segment_values(self, segment: dict[str, str]) -> list[str]:
+    def _segment_values(self, segment: Mapping[str, str]) -> list[str]:
         """Guarded segment label values; `""` for keys not in the segment (all cases)."""
         return [
             self.guard(label, segment.get(key, ""))
@@ -234,6 +235,17 @@ class Telemetry:
         """`scorestream_gate_firing` = 1 while firing, 0 once resolved."""
         labels = [self.guard("gate", event.gate), *self._segment_values(event.segment)]
         self.gate_firing.labels(*labels).set(1 if event.state == "firing" else 0)
+
+    def set_gate(self, gate: str, segment: Mapping[str, str], firing: bool) -> None:
+        """Set `scorestream_gate_firing` from stored gate state (restart, rebalance)."""
+        labels = [self.guard("gate", gate), *self._segment_values(segment)]
+        self.gate_firing.labels(*labels).set(1 if firing else 0)
+
+    def forget_gate(self, gate: str, segment: Mapping[str, str]) -> None:
+        """Drop a gate's series: another worker owns its segment now."""
+        labels = [self.guard("gate", gate), *self._segment_values(segment)]
+        with contextlib.suppress(KeyError):
+            self.gate_firing.remove(*labels)
 
     def render(self) -> bytes:
         """The registry in the Prometheus text exposition format."""

@@ -25,7 +25,6 @@ import tempfile
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -52,9 +51,8 @@ STREAM = DEMO_DIR / "stream.jsonl"
 # not set; the batch size always.
 EMBEDDED_STREAM: dict[str, Any] = dict(TANSU_STREAM_SETTINGS)
 READY_TIMEOUT = 90.0
-PHASE_TIMEOUT = 30.0
 FINISH_TIMEOUT = float(os.environ.get("SCORESTREAM_DEMO_TIMEOUT", "90"))
-REPLAY_RATE = float(os.environ.get("SCORESTREAM_DEMO_RATE", "30"))  # records per second
+REPLAY_RATE = float(os.environ.get("SCORESTREAM_DEMO_RATE", "100"))  # records per second
 REFRESH = 0.25
 
 
@@ -180,7 +178,7 @@ class Demo:
         live: bool,
         log_path: Path,
     ) -> None:
-        from worker.app import gate_windows
+        from worker.stream import gate_windows
 
         self.settings = settings
         self.broker = broker
@@ -262,8 +260,8 @@ class Demo:
             await asyncio.sleep(REFRESH)
 
     async def _run(self) -> int:
-        from worker.app import ScorestreamApp
         from worker.engines import Engines
+        from worker.stream import ScorestreamApp
 
         settings = self.settings
         self.say("creating topics")
@@ -289,15 +287,17 @@ class Demo:
         )
         reader: asyncio.Task[None] | None = None
         try:
+            await consumer.start()
+            reader = asyncio.create_task(self._read(consumer))
+            if not await self._replay():
+                return self._interrupted()
             self.say("starting the worker")
             await scorer.app.start()
             if not await self._until(scorer.ready.wait, READY_TIMEOUT):
                 return self._interrupted() or self._fail(
                     f"the worker was not ready after {READY_TIMEOUT:.0f}s"
                 )
-            await consumer.start()
-            reader = asyncio.create_task(self._read(consumer))
-            code = await self._replay()
+            code = await self._finish()
             if code is None and self.follow:
                 self.say("following: the worker keeps running, Ctrl-C stops it")
                 await self.stop.wait()
@@ -366,24 +366,23 @@ class Demo:
             await asyncio.sleep(0.1)
         return False
 
-    async def _replay(self) -> int | None:
-        """Produce the stream window by window; None when everything is accounted for."""
+    async def _replay(self) -> bool:
+        """Produce the whole stream before the worker starts, as history it catches up
+        on: its windows close by their own timestamps. False when interrupted."""
         producer = AIOKafkaProducer(bootstrap_servers=self.broker.bootstrap, linger_ms=0)
         await producer.start()
         try:
             for number, records in enumerate(self.phases, start=1):
-                self.say(f"replaying window {number}/{len(self.phases)}")
-                positions = await self._produce(producer, records)
-                if positions is None:
-                    return self._interrupted()
-                settled = await self._until(partial(self.card.settled, positions), PHASE_TIMEOUT)
-                if self.stop.is_set():
-                    return self._interrupted()
-                if not settled:
-                    log.warning("window %s did not settle within %ss", number, PHASE_TIMEOUT)
+                self.say(f"producing window {number}/{len(self.phases)}")
+                if await self._produce(producer, records) is None:
+                    return False
         finally:
             await producer.stop()
-        self.say("replay done: waiting for the last windows to close")
+        return True
+
+    async def _finish(self) -> int | None:
+        """Wait until everything is accounted for; None when it is."""
+        self.say("scoring: waiting for every result and the last windows to close")
         if not await self._until(lambda: self.card.done, FINISH_TIMEOUT):
             if self.stop.is_set():
                 return self._interrupted()

@@ -48,7 +48,7 @@ def topic_names(names: TopicNames) -> dict[str, str]:
 
 def run_worker(args: argparse.Namespace) -> int:
     """Run the streaming worker until interrupted."""
-    from worker.app import ScorestreamApp
+    from worker.stream import ScorestreamApp
 
     settings = settings_for(args)
     broker = broker_of(settings)

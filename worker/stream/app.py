@@ -1,0 +1,174 @@
+"""The Faust application: topics, tables, the three stages' agents and the progress timer.
+
+Data flow (topic names from settings.topics; `{app}` is settings.app_id):
+
+    llm.responses.v1 --score--> llm.eval.results.v1, llm.responses.v1.dlq
+                     |--------> {app}-aggregate-input     (safe, extraction: by suite|segment)
+                     '--------> {app}-alignment-turns     (alignment: by session_id)
+    {app}-alignment-turns --sessions--> llm.eval.results.v1, {app}-aggregate-input
+    {app}-aggregate-input --windows--> llm.eval.aggregates.v1, llm.eval.gates.v1
+
+Watermark markers follow the same paths: every worker's timer sends the progress of the
+input partitions it reads to every partition of both internal topics; the session stage
+passes its own watermark on to the aggregation. Tables are written only from the stream
+partitioned like them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import tempfile
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import faust
+
+from worker.config import Settings
+from worker.engines import Engines
+from worker.stream.context import StreamContext
+from worker.stream.publish import Publisher, StreamTopics
+from worker.stream.scoring import ScoreStage
+from worker.stream.sessions import SessionStage
+from worker.stream.windows import WindowStage
+from worker.suites.alignment.judge import SafetyJudge
+from worker.telemetry import Telemetry
+
+log = logging.getLogger("scorestream")
+
+RAW: dict[str, Any] = {
+    "key_type": bytes,
+    "key_serializer": "raw",
+    "value_type": bytes,
+    "value_serializer": "raw",
+}
+
+
+def faust_settings(settings: Settings, broker: str) -> dict[str, Any]:
+    """Faust `App` options from our settings."""
+    stream = settings.stream
+    options: dict[str, Any] = {
+        "broker": broker,
+        "store": "memory://",
+        "processing_guarantee": "at_least_once",
+        "topic_partitions": stream.partitions,
+        "topic_replication_factor": 1,
+        "table_standby_replicas": 0,
+        "broker_session_timeout": stream.session_timeout,
+        "broker_rebalance_timeout": stream.rebalance_timeout,
+        "broker_heartbeat_interval": stream.heartbeat_interval,
+        "broker_commit_interval": stream.commit_interval,
+        "consumer_auto_offset_reset": "earliest",
+        "web_enabled": False,
+        # Tables live in memory; keep Faust's data directory out of the working tree.
+        "datadir": str(Path(tempfile.gettempdir()) / f"scorestream-{settings.app_id}-data"),
+    }
+    if stream.producer_max_batch_size is not None:
+        options["producer_max_batch_size"] = stream.producer_max_batch_size
+    return options
+
+
+class ScorestreamApp:
+    """Builds the Faust app, its topics, tables, stages and timer from settings."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        broker: str,
+        engines: Engines | None = None,
+        telemetry: Telemetry | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.settings = settings
+        self.engines = engines or Engines.load(settings)
+        self.telemetry = telemetry or Telemetry.from_settings(settings)
+        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embed")
+        self.ready = asyncio.Event()
+
+        app_id = settings.app_id
+        partitions = settings.stream.partitions
+        self.app = app = faust.App(app_id, **faust_settings(settings, broker))
+        names = settings.topics
+        self.topics = StreamTopics(
+            input=app.topic(names.input, **RAW),
+            results=app.topic(names.results, **RAW),
+            aggregates=app.topic(names.aggregates, **RAW),
+            gates=app.topic(names.gates, **RAW),
+            dead_letters=app.topic(names.dead_letters, **RAW),
+            turns=app.topic(
+                f"{app_id}-alignment-turns", partitions=partitions, internal=True, **RAW
+            ),
+            aggregate_input=app.topic(
+                f"{app_id}-aggregate-input", partitions=partitions, internal=True, **RAW
+            ),
+        )
+        self.publisher = Publisher(self.topics, settings, self.telemetry)
+        context = StreamContext(settings, self.engines, self.telemetry, self.publisher, clock)
+
+        def table(name: str) -> Any:
+            return app.Table(name, partitions=partitions, key_type=str)
+
+        # Watermarks of the two downstream stages ("sess|p", "agg|p"), co-partitioned
+        # with both internal topics.
+        self.progress = table("progress")
+        self.sessions = table("sessions")
+        self.windows = table("windows")
+        self.seen = table("seen")  # case ids already counted, per segment (replays)
+        self.gate_states = table("gates")
+        judge = settings.alignment.judge
+        self.scoring = ScoreStage(context, app)
+        self.session_stage = SessionStage(
+            context,
+            self.sessions,
+            self.progress,
+            self.executor,
+            SafetyJudge(judge) if judge is not None else None,
+        )
+        self.window_stage = WindowStage(
+            context, self.windows, self.seen, self.progress, self.gate_states
+        )
+        app.agent(self.topics.input, name="score")(self.scoring.agent)
+        app.agent(self.topics.turns, name="sessions")(self.session_stage.agent)
+        app.agent(self.topics.aggregate_input, name="windows")(self.window_stage.agent)
+        app.timer(settings.stream.tick_interval)(self._tick)
+        app.on_startup_finished = self._on_ready
+        app.on_partitions_revoked.connect(self._on_revoked)
+
+    async def _on_ready(self) -> None:
+        self.ready.set()
+        log.info("scorestream worker ready")
+
+    def _on_revoked(self, sender: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
+        """After a rebalance every cache is rebuilt from the tables."""
+        self.scoring.forget()
+        self.session_stage.forget()
+        self.window_stage.forget()
+
+    async def _tick(self) -> None:
+        """Send the progress of this worker's input partitions; sync the gate gauges."""
+        if not self.ready.is_set():
+            return
+        await self.scoring.send_progress()
+        aggregate_input = self.topics.aggregate_input.get_topic_name()
+        owned_here = {
+            tp.partition for tp in self.app.consumer.assignment() if tp.topic == aggregate_input
+        }
+        self.window_stage.restore_gauges(owned_here)
+
+    def worker(self, loglevel: str = "info") -> faust.Worker:
+        """A Faust `Worker` running this app (it replaces the app's start-up hook with its
+        own, so ours is chained after it)."""
+        scorer = self
+
+        class _Worker(faust.Worker):
+            async def on_startup_finished(self) -> None:
+                await super().on_startup_finished()
+                await scorer._on_ready()
+
+        return _Worker(self.app, loglevel=loglevel)
+
+
+__all__ = ["RAW", "ScorestreamApp", "faust_settings"]

@@ -1,0 +1,56 @@
+"""What every stage of the streaming worker shares: settings, scorers, telemetry, the
+clock and the publisher, plus the Faust helpers they need."""
+
+from __future__ import annotations
+
+import contextlib
+import weakref
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from faust.types import EventT
+
+from worker import intake
+from worker.config import Settings
+from worker.engines import Engines
+from worker.stream.publish import Publisher
+from worker.telemetry import Telemetry
+
+
+@dataclass
+class StreamContext:
+    """The collaborators of the stages; `clock` is wall-clock epoch seconds."""
+
+    settings: Settings
+    engines: Engines
+    telemetry: Telemetry
+    publisher: Publisher
+    clock: Callable[[], float]
+
+    def now(self) -> datetime:
+        return datetime.fromtimestamp(self.clock(), UTC)
+
+
+@contextlib.contextmanager
+def event_context(event: EventT) -> Iterator[None]:
+    """Make `event` Faust's current event, so table writes go to its partition.
+
+    Inside a `take_events` micro-batch Faust's current event is the batch's last one,
+    which may belong to another partition; table changelog writes must follow the event
+    that caused them.
+    """
+    from faust.streams import _current_event
+
+    token = _current_event.set(weakref.ref(event))
+    try:
+        yield
+    finally:
+        _current_event.reset(token)
+
+
+def source_position(event: EventT) -> intake.SourcePosition:
+    """Where `event` was read, with its record timestamp."""
+    message = event.message
+    timestamp = datetime.fromtimestamp(message.timestamp, UTC) if message.timestamp else None
+    return intake.SourcePosition(message.topic, message.partition, message.offset, timestamp)

@@ -1,0 +1,192 @@
+"""The score stage: reads the input topic, scores SAFE and extraction cases inline,
+forwards alignment records to the session stage, dead-letters what cannot be scored, and
+tells the downstream stages how far each input partition has got (watermark markers).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+import orjson
+from faust.types import TP, AppT, EventT, StreamT
+
+from schemas.envelope import AlignmentRecord, ExtractionRecord, SafeRecord
+from schemas.outputs import CaseResult
+from worker import intake
+from worker.eventtime import Marker, PartitionClock
+from worker.stream.context import StreamContext, source_position
+
+log = logging.getLogger("scorestream")
+
+INPUT_GROUP = "in"  # watermark channel group of the input partitions
+
+
+class ScoreStage:
+    """Scores input records and keeps one `PartitionClock` per assigned input partition."""
+
+    def __init__(self, context: StreamContext, app: AppT) -> None:
+        self.context = context
+        self.app = app
+        self.settings = context.settings
+        self.publisher = context.publisher
+        self.clocks: dict[int, PartitionClock] = {}
+        self.sent: dict[int, tuple[float, float]] = {}  # partition -> (progress, sent at)
+
+    # ---------------------------------------------------------------- records
+
+    async def agent(self, stream: StreamT) -> None:
+        async for event in stream.events():
+            await self.process(event)
+
+    async def process(self, event: EventT) -> None:
+        """Score one input record; then count it in its partition's progress."""
+        source = source_position(event)
+        received = self.context.now()
+        event_time = await self._process(event, source, received)
+        clock = self.clocks.get(source.partition)
+        if clock is None:
+            clock = self.clocks[source.partition] = PartitionClock(quiet_since=self.context.clock())
+        clock.observe(
+            source.offset,
+            None if event_time is None else event_time.timestamp(),
+            self.context.clock(),
+        )
+
+    async def _process(
+        self, event: EventT, source: intake.SourcePosition, received: datetime
+    ) -> datetime | None:
+        """Score, forward or dead-letter; the record's event time when it had a usable one."""
+        settings = self.settings
+        engines = self.context.engines
+        try:
+            record = intake.decode_record(event.value, settings.max_record_bytes)
+            event_time = intake.usable_event_time(
+                record.event_time() or source.timestamp or received,
+                received,
+                settings.max_future_skew,
+            )
+            if isinstance(record, AlignmentRecord):
+                engines.check_persona(record.payload.persona_id)
+                await self._forward_turn(record, source, received, event_time)
+                return event_time
+            started = time.perf_counter()
+            if isinstance(record, SafeRecord):
+                scored = engines.score_safe(record.payload)
+            elif isinstance(record, ExtractionRecord):
+                scored = engines.score_extraction(record.payload)
+            else:  # pragma: no cover - the discriminated union has three members
+                raise intake.Rejected(intake.UNKNOWN_SUITE, f"unknown suite {record.suite!r}")
+            elapsed = time.perf_counter() - started
+        except intake.Rejected as rejected:
+            await self._dead_letter(event, rejected.reason, rejected.message, source)
+            return None
+        except Exception as exc:  # a scorer bug must not kill the agent or lose the record
+            log.exception("scoring failed")
+            await self._dead_letter(event, intake.SCORING_ERROR, repr(exc), source)
+            return None
+        result = intake.build_result(
+            case_id=record.id,
+            suite=record.suite,
+            kind="case",
+            scored=scored,
+            event_time=event_time,
+            model=record.model,
+            labels=record.labels,
+            versions=engines.versions(record.suite),
+            source=source,
+            scored_at=self.context.now(),
+            received_at=received,
+        )
+        await self.publisher.result(result)
+        observe(self.context, result, elapsed)
+        return event_time
+
+    async def _dead_letter(
+        self, event: EventT, reason: str, message: str, source: intake.SourcePosition
+    ) -> None:
+        key = event.key if isinstance(event.key, bytes) else None
+        await self.publisher.dead_letter(
+            event.value, key, reason, message, source, self.context.now()
+        )
+
+    async def _forward_turn(
+        self,
+        record: AlignmentRecord,
+        source: intake.SourcePosition,
+        received: datetime,
+        event_time: datetime,
+    ) -> None:
+        envelope = {
+            "record": record.model_dump(mode="json", by_alias=True),
+            "source": [source.topic, source.partition, source.offset],
+            "event_time": event_time.timestamp(),
+            "received": received.timestamp(),
+        }
+        await self.publisher.turn(record.payload.session_id, orjson.dumps(envelope))
+
+    # ---------------------------------------------------------------- progress
+
+    def forget(self) -> None:
+        """After a rebalance: the partitions this worker reads may have changed."""
+        self.clocks.clear()
+        self.sent.clear()
+
+    async def send_progress(self) -> None:
+        """Send a marker for every assigned input partition whose progress moved (or was
+        not sent for `marker_heartbeat`), after letting idle ones follow the wall clock."""
+        consumer = self.app.consumer
+        topic = self.settings.topics.input
+        count = consumer.topic_partitions(topic)
+        if not count:
+            return
+        now = self.context.clock()
+        assigned = sorted(
+            (tp for tp in consumer.assignment() if tp.topic == topic), key=lambda tp: tp.partition
+        )
+        for tp in assigned:
+            clock = self.clocks.get(tp.partition)
+            if clock is None:
+                clock = PartitionClock(quiet_since=now)
+                clock.next_offset = await self._start_offset(tp)
+                self.clocks[tp.partition] = clock
+            clock.follow_wall_clock(now, consumer.highwater(tp), self.settings.idle_timeout)
+            if clock.progress is None:
+                continue
+            last = self.sent.get(tp.partition)
+            heartbeat = self.settings.stream.marker_heartbeat
+            if last is not None and last[0] == clock.progress and now - last[1] < heartbeat:
+                continue
+            marker = Marker(INPUT_GROUP, tp.partition, count, clock.progress)
+            topics = self.publisher.topics
+            await self.publisher.marker(topics.turns, marker)
+            await self.publisher.marker(topics.aggregate_input, marker)
+            self.sent[tp.partition] = (clock.progress, now)
+
+    async def _start_offset(self, tp: TP) -> int | None:
+        """Where reading `tp` starts: its committed offset, or the log's start."""
+        consumer = self.app.consumer
+        committed: Mapping[TP, int | None] = getattr(consumer, "_committed_offset", {})
+        try:
+            earliest = (await consumer.earliest_offsets(tp)).get(tp)
+        except Exception:  # the broker did not answer: not caught up, try next time
+            log.debug("no earliest offset for %s yet", tp, exc_info=True)
+            return None
+        if earliest is None:
+            return None
+        return max(committed.get(tp) or 0, earliest)
+
+
+def observe(context: StreamContext, result: CaseResult, scoring_seconds: float) -> None:
+    """Record a published result in the telemetry (count, scores, latency)."""
+    e2e = max(0.0, (result.scored_at - result.ts).total_seconds())
+    context.telemetry.record_result(result, scoring_seconds, e2e)
+
+
+def decode(event: EventT) -> dict[str, Any]:
+    """An internal-topic value as JSON."""
+    value: dict[str, Any] = orjson.loads(event.value)
+    return value

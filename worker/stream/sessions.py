@@ -1,0 +1,373 @@
+"""The session stage: alignment turns keyed by session. Embeds micro-batches off the event
+loop, scores turns, keeps open sessions in a changelog-backed table, closes them on their
+final turn or when idle in event time, and passes the watermark on to the aggregation.
+
+Idle expiry is measured on this partition's watermark (the minimum progress of the input
+partitions, from the markers in this stream), so a worker that was down, or has a
+backlog, never expires a session whose turns are still to be read. An idle session
+closes at `last turn ts + session_idle_timeout` in event time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import MutableMapping
+from concurrent.futures import Executor
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+from faust.types import EventT
+from pydantic import JsonValue
+
+from schemas.envelope import AlignmentRecord, AlignmentSessionPayload, AlignmentTurnPayload
+from worker import intake
+from worker.eventtime import Marker, Watermark
+from worker.stream.context import StreamContext, event_context
+from worker.stream.publish import marker_of
+from worker.stream.scoring import INPUT_GROUP, observe
+from worker.suites.alignment.judge import SafetyJudge
+from worker.suites.alignment.scoring import SessionState, turn_scored
+from worker.suites.base import Scored
+
+log = logging.getLogger("scorestream")
+
+SESSION_GROUP = "sess"  # watermark channel group of the session stage's partitions
+EMBEDDING_CHUNK = 16  # texts encoded per executor call inside a micro-batch
+
+
+@dataclass(frozen=True)
+class TurnContext:
+    """An alignment record on the session stream, with where and when it was read."""
+
+    record: AlignmentRecord
+    source: intake.SourcePosition
+    event_time: datetime
+    received: datetime
+
+
+class SessionStage:
+    """Scores alignment turns and sessions; `sessions` and `progress` are Faust tables
+    (plain dicts in tests) written only from this stage's partitions."""
+
+    def __init__(
+        self,
+        context: StreamContext,
+        sessions: MutableMapping[str, Any],
+        progress: MutableMapping[str, Any],
+        executor: Executor,
+        judge: SafetyJudge | None = None,
+    ) -> None:
+        self.context = context
+        self.settings = context.settings
+        self.publisher = context.publisher
+        self.sessions = sessions
+        self.progress = progress
+        self.executor = executor
+        self.judge = judge
+        self.watermarks: dict[int, Watermark] = {}
+
+    def forget(self) -> None:
+        """Drop cached watermarks after a rebalance (the table has them)."""
+        self.watermarks.clear()
+
+    # ---------------------------------------------------------------- batches
+
+    async def agent(self, stream: Any) -> None:  # faust.Stream: take_events
+        batch_size = self.settings.embedding_batch_size
+        wait = self.settings.embedding_batch_wait
+        async for events in stream.take_events(batch_size, within=wait):
+            await self.process_batch(list(events))
+
+    async def process_batch(self, events: list[EventT]) -> None:
+        """Embed and apply a micro-batch in order, in chunks: while one chunk's turns are
+        scored and published, the executor already encodes the next chunk. The batch is
+        acknowledged only after this returns, so nothing is acked before it is applied."""
+        items = [(event, orjson.loads(event.value)) for event in events]
+        chunks = _chunks_by_texts(items, EMBEDDING_CHUNK)
+        loop = asyncio.get_running_loop()
+
+        def encode(chunk: list[tuple[EventT, dict[str, Any]]]) -> asyncio.Future[Any] | None:
+            texts = [text for _, data in chunk for text in _texts_of(data)]
+            if not texts:
+                return None
+            self.context.telemetry.record_embedding_batch(len(texts))
+            return loop.run_in_executor(self.executor, self.context.engines.embed, texts)
+
+        pending = encode(chunks[0]) if chunks else None
+        for position, chunk in enumerate(chunks):
+            vectors = await pending if pending is not None else None
+            pending = encode(chunks[position + 1]) if position + 1 < len(chunks) else None
+            cursor = 0
+            for event, data in chunk:
+                with event_context(event):
+                    marker = marker_of(data)
+                    if marker is not None:
+                        await self.on_marker(event.message.partition, marker)
+                        continue
+                    count = len(_texts_of(data))
+                    assert vectors is not None  # the chunk had texts, so it was encoded
+                    await self._apply(event, data, vectors[cursor : cursor + count])
+                    cursor += count
+
+    # ---------------------------------------------------------------- progress
+
+    def watermark(self, partition: int) -> Watermark:
+        watermark = self.watermarks.get(partition)
+        if watermark is None:
+            watermark = Watermark.from_json(self.progress.get(f"sess|{partition}"))
+            watermark.expect(INPUT_GROUP)
+            self.watermarks[partition] = watermark
+        return watermark
+
+    async def on_marker(self, partition: int, marker: Marker) -> None:
+        """Take an input partition's progress; expire idle sessions; pass it on."""
+        watermark = self.watermark(partition)
+        before = watermark.to_json()
+        moved = watermark.observe(marker)
+        if watermark.to_json() != before:
+            self.progress[f"sess|{partition}"] = watermark.to_json()
+        current = watermark.value()
+        if not moved or current is None:
+            return
+        await self.expire(partition, current)
+        forwarded = Marker(SESSION_GROUP, partition, self.settings.stream.partitions, current)
+        await self.publisher.marker(self.publisher.topics.aggregate_input, forwarded)
+
+    async def expire(self, partition: int, watermark: float) -> None:
+        """Close the sessions of `partition` idle for the timeout in event time, and drop
+        the tombstones of closed sessions once as old."""
+        timeout = self.settings.alignment.session_idle_timeout
+        for session_id, stored in list(self.sessions.items()):
+            if stored.get("partition") != partition:
+                continue
+            if stored.get("closed"):
+                if watermark - float(stored["at"]) >= timeout:
+                    del self.sessions[session_id]  # the tombstone of a closed session
+                continue
+            idle_at = float(stored["ts"]) + timeout
+            if idle_at > watermark:
+                continue
+            state = SessionState.from_json(stored["state"])
+            closed_at = datetime.fromtimestamp(idle_at, UTC)
+            await self.close_session(state, closed_at, stored["model"], stored["labels"])
+            self.sessions[session_id] = {"closed": True, "at": idle_at, "partition": partition}
+
+    # ---------------------------------------------------------------- turns
+
+    async def _apply(self, event: EventT, data: dict[str, Any], vectors: Any) -> None:
+        record = AlignmentRecord.model_validate(data["record"], strict=False)
+        topic, partition, offset = data["source"]
+        context = TurnContext(
+            record=record,
+            source=intake.SourcePosition(topic, partition, offset),
+            event_time=datetime.fromtimestamp(float(data["event_time"]), UTC),
+            received=datetime.fromtimestamp(float(data["received"]), UTC),
+        )
+        try:
+            if isinstance(record.payload, AlignmentSessionPayload):
+                await self._apply_whole_session(context, record.payload, vectors)
+            else:
+                await self._apply_turn(context, record.payload, vectors[0], event)
+        except intake.Rejected as rejected:
+            await self._dead_letter(data, rejected.reason, rejected.message, context)
+        except Exception as exc:  # a scorer bug must not kill the agent or lose the record
+            log.exception("alignment scoring failed")
+            await self._dead_letter(data, intake.SCORING_ERROR, repr(exc), context)
+
+    async def _dead_letter(
+        self, data: dict[str, Any], reason: str, message: str, context: TurnContext
+    ) -> None:
+        """Dead-letter the original input record of a forwarded alignment message."""
+        await self.publisher.dead_letter(
+            orjson.dumps(data["record"]),
+            context.record.payload.session_id.encode("utf-8"),
+            reason,
+            message,
+            context.source,
+            self.context.now(),
+        )
+
+    async def _apply_whole_session(
+        self, context: TurnContext, payload: AlignmentSessionPayload, vectors: Any
+    ) -> None:
+        """Score every turn of a session sent at once, then the session."""
+        engines = self.context.engines
+        record = context.record
+        state = engines.new_session(payload.session_id, payload.persona_id)
+        for index, (turn, vector) in enumerate(zip(payload.turns, vectors, strict=True)):
+            started = time.perf_counter()
+            scored_turn = engines.score_turn((payload.persona_id, turn.assistant), vector)
+            state.add(index, scored_turn, vector, turn.assistant, now=self.context.clock())
+            elapsed = time.perf_counter() - started
+            await self._emit_turn(context, f"{record.id}#{index}", scored_turn, elapsed)
+        await self.close_session(state, context.event_time, record.model, record.labels)
+
+    async def _apply_turn(
+        self, context: TurnContext, payload: AlignmentTurnPayload, vector: Any, event: EventT
+    ) -> None:
+        """Score one turn, add it to its session, and close the session when complete."""
+        engines = self.context.engines
+        stored = self.sessions.get(payload.session_id)
+        if stored and stored.get("closed"):
+            # A late repeat of a closed session's turn: its result is re-published under
+            # the same key (idempotent for consumers); the session is not reopened.
+            scored_turn = engines.score_turn(payload, vector)
+            await self._emit_turn(context, context.record.id, scored_turn, 0.0)
+            return
+        state = (
+            SessionState.from_json(stored["state"])
+            if stored
+            else engines.new_session(payload.session_id, payload.persona_id)
+        )
+        if state.persona_id != payload.persona_id:
+            raise intake.Rejected(
+                intake.INVALID_RECORD,
+                f"turn of persona {payload.persona_id!r} in session {payload.session_id!r} "
+                f"of persona {state.persona_id!r}",
+            )
+        started = time.perf_counter()
+        scored_turn = engines.score_turn(payload, vector)
+        elapsed = time.perf_counter() - started
+        await self._emit_turn(context, context.record.id, scored_turn, elapsed)
+        state.add(
+            payload.turn_index,
+            scored_turn,
+            vector,
+            payload.text,
+            payload.final,
+            self.context.clock(),
+        )
+        meta = _session_meta(stored, context.record, context.event_time)
+        if payload.final:
+            meta["final_index"] = payload.turn_index
+        partition = event.message.partition
+        if _is_complete(state, meta.get("final_index")):
+            closed_at = datetime.fromtimestamp(meta["ts"], UTC)
+            await self.close_session(state, closed_at, meta["model"], meta["labels"])
+            self.sessions[payload.session_id] = {
+                "closed": True,
+                "at": meta["ts"],
+                "partition": partition,
+            }
+            return
+        self.sessions[payload.session_id] = {
+            "state": state.to_json(),
+            "partition": partition,
+            **meta,
+        }
+
+    async def _emit_turn(
+        self, context: TurnContext, turn_id: str, turn: Any, elapsed: float
+    ) -> None:
+        result = intake.build_result(
+            case_id=turn_id,
+            suite="alignment",
+            kind="turn",
+            scored=turn_scored(turn),
+            event_time=context.event_time,
+            model=context.record.model,
+            labels=context.record.labels,
+            versions=self.context.engines.versions("alignment"),
+            source=context.source,
+            scored_at=self.context.now(),
+            received_at=context.received,
+        )
+        await self.publisher.result(result, aggregate=False)  # windows count sessions
+        observe(self.context, result, elapsed)
+
+    async def close_session(
+        self,
+        state: SessionState,
+        event_time: datetime,
+        model: str | None,
+        labels: dict[str, str],
+    ) -> None:
+        """Score a finished session and publish it with `kind: "session"`."""
+        started = time.perf_counter()
+        scored = await self._score_session(state)
+        result = intake.build_result(
+            case_id=f"session:{state.session_id}",
+            suite="alignment",
+            kind="session",
+            scored=scored,
+            event_time=event_time,
+            model=model,
+            labels=labels,
+            versions=self.context.engines.versions("alignment"),
+            source=None,
+            scored_at=self.context.now(),
+        )
+        await self.publisher.result(result)
+        observe(self.context, result, time.perf_counter() - started)
+
+    async def _score_session(self, state: SessionState) -> Scored:
+        """Session scores, with the judge's verdict when one is configured; a failed
+        verdict leaves the keyword safety standing and is recorded in the details."""
+        engines = self.context.engines
+        if self.judge is None:
+            return engines.score_session(state)
+        verdict = await self.judge.judge(state.transcript())
+        scored = engines.score_session(state, verdict.score)
+        judged: dict[str, JsonValue] = {
+            "score": verdict.score,
+            "reason": verdict.reason,
+            "error": verdict.error,
+            "judge_errors": self.judge.stats.judge_errors,
+        }
+        return replace(scored, details={**scored.details, "judge": judged})
+
+
+def _texts_of(data: dict[str, Any]) -> list[str]:
+    """The texts to embed for one message of the session stream (none for a marker)."""
+    return _assistant_texts(data["record"]["payload"]) if "record" in data else []
+
+
+def _chunks_by_texts(
+    items: list[tuple[EventT, dict[str, Any]]], size: int
+) -> list[list[tuple[EventT, dict[str, Any]]]]:
+    """Consecutive runs of messages holding about `size` texts each, order kept."""
+    chunks: list[list[tuple[EventT, dict[str, Any]]]] = []
+    current: list[tuple[EventT, dict[str, Any]]] = []
+    texts = 0
+    for item in items:
+        current.append(item)
+        texts += len(_texts_of(item[1]))
+        if texts >= size:
+            chunks.append(current)
+            current, texts = [], 0
+    if current:
+        chunks.append(current)
+    return chunks
+
+
+def _assistant_texts(payload: dict[str, Any]) -> list[str]:
+    """The assistant texts of an alignment payload, in order (one for a turn)."""
+    if "turns" in payload:
+        return [turn["assistant"] for turn in payload["turns"]]
+    return [payload["text"]]
+
+
+def _session_meta(
+    stored: dict[str, Any] | None, record: AlignmentRecord, event_time: datetime
+) -> dict[str, Any]:
+    """Model, labels, the latest event time and the final index of a session's turns."""
+    latest = event_time.timestamp()
+    meta: dict[str, Any] = {"model": record.model, "labels": dict(record.labels)}
+    if stored:
+        latest = max(latest, float(stored["ts"]))
+        if stored.get("final_index") is not None:
+            meta["final_index"] = stored["final_index"]
+    meta["ts"] = latest
+    return meta
+
+
+def _is_complete(state: SessionState, final_index: int | None) -> bool:
+    """Whether every turn up to the final one has arrived (or the bound is reached)."""
+    if final_index is None:
+        return False
+    expected = min(final_index + 1, state.max_turns)
+    return sum(1 for index in state.turns if index <= final_index) >= expected

@@ -1,0 +1,180 @@
+"""The aggregation stage: contributions keyed by suite|segment and watermark markers.
+Counts results into windows (`WindowStore`), publishes interim and final aggregates,
+evaluates the gates on them and keeps the gate state (and its Prometheus gauge) across
+restarts and rebalances.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, MutableMapping
+from typing import Any
+
+import orjson
+from faust.types import EventT, StreamT
+
+from schemas.envelope import parse_event_time
+from schemas.outputs import Aggregate, CaseResult, RecordSource
+from worker import aggregation
+from worker.config import Settings, WindowConfig
+from worker.engines import AGGREGATORS
+from worker.eventtime import Marker
+from worker.gates import GateEvaluator, applies_to, gate_key
+from worker.stream.context import StreamContext
+from worker.stream.publish import marker_of
+from worker.stream.scoring import INPUT_GROUP
+from worker.stream.sessions import SESSION_GROUP
+from worker.windowstore import Emission, WindowStore
+
+log = logging.getLogger("scorestream")
+
+
+def gate_windows(settings: Settings) -> list[WindowConfig]:
+    """Configured windows plus a tumbling window for each gate's window size."""
+    windows = list(settings.windows)
+    tumbling = {w.size for w in windows if w.step is None or w.step == w.size}
+    for gate in settings.gates:
+        if gate.window not in tumbling:
+            windows.append(WindowConfig(size=gate.window))
+            tumbling.add(gate.window)
+    return windows
+
+
+class WindowStage:
+    """Windows and gates of the aggregation partitions this worker owns."""
+
+    def __init__(
+        self,
+        context: StreamContext,
+        windows: MutableMapping[str, Any],
+        seen: MutableMapping[str, Any],
+        progress: MutableMapping[str, Any],
+        gates: MutableMapping[str, Any],
+    ) -> None:
+        self.context = context
+        self.settings = settings = context.settings
+        self.publisher = context.publisher
+        self.gates = gates
+        self.store = WindowStore(
+            windows,
+            seen,
+            progress,
+            configs=gate_windows(settings),
+            grace=settings.grace,
+            aggregators=AGGREGATORS,
+            reservoir_size=settings.reservoir_size,
+            dedupe_horizon=settings.stream.dedupe_horizon,
+            channel_groups={INPUT_GROUP: 0, SESSION_GROUP: settings.stream.partitions},
+        )
+        self.last_interim: dict[int, float] = {}
+        self.gauges: dict[str, tuple[str, dict[str, str]]] = {}  # gate key -> (gate, segment)
+
+    def forget(self) -> None:
+        self.store.forget()
+        self.last_interim.clear()
+
+    async def agent(self, stream: StreamT) -> None:
+        async for event in stream.events():
+            await self.process(event)
+
+    async def process(self, event: EventT) -> None:
+        data = orjson.loads(event.value)
+        partition = event.message.partition
+        marker = marker_of(data)
+        if marker is not None:
+            await self.on_marker(partition, marker)
+            return
+        result = _positioned_result(data["result"], event)
+        admission = self.store.add(partition, result, data["segment"])
+        if admission.late and data["segment"] == {}:  # one count per result, not per segment
+            self.context.telemetry.record_late(result.suite)
+
+    async def on_marker(self, partition: int, marker: Marker) -> None:
+        """Close what the watermark passed; now and then publish what changed."""
+        for emission in self.store.advance(partition, marker):
+            await self._emit(emission, partition)
+        now = self.context.clock()
+        if now - self.last_interim.get(partition, 0.0) >= self.settings.aggregate_emit_interval:
+            self.last_interim[partition] = now
+            for emission in self.store.pending(partition):
+                await self._emit(emission, partition)
+
+    async def _emit(self, emission: Emission, partition: int) -> None:
+        state = emission.state
+        aggregator = AGGREGATORS[state["suite"]]
+        message = aggregation.to_message(
+            state,
+            emission.final,
+            self.context.now(),
+            aggregator,
+            confidence_intervals=emission.final,
+        )
+        await self.publisher.aggregate(emission.key, message)
+        window = emission.window
+        self.context.telemetry.record_aggregate(message, window.name)
+        tumbling = window.step is None or window.step == window.size
+        if emission.final and tumbling:  # gates judge each closed tumbling window once
+            await self._evaluate_gates(message, partition)
+
+    # ---------------------------------------------------------------- gates
+
+    async def _evaluate_gates(self, message: Aggregate, partition: int) -> None:
+        for gate in self.settings.gates:
+            if not applies_to(gate, message):
+                continue
+            key = gate_key(gate.name, message.segment)
+            stored = self.gates.get(key)
+            evaluator = GateEvaluator([gate], {key: stored} if stored else None)
+            for gate_event in evaluator.evaluate(message, self.context.now()):
+                await self.publisher.gate_event(key, gate_event)
+                self.context.telemetry.record_gate(gate_event)
+                self.gauges[key] = (gate.name, dict(message.segment))
+                log.info("gate %s %s for %s", gate.name, gate_event.state, message.segment)
+            state = evaluator.to_json().get(key)
+            if state is None:
+                continue
+            value = {
+                **state,
+                "gate": gate.name,
+                "segment": dict(message.segment),
+                "partition": partition,
+            }
+            if value != stored:
+                self.gates[key] = value
+
+    def restore_gauges(self, partitions: set[int]) -> None:
+        """Make `scorestream_gate_firing` match the gate table for the partitions this
+        worker owns (after a restart or rebalance), and drop the series of the others."""
+        owned: dict[str, tuple[str, dict[str, str], bool]] = {}
+        for key, stored in list(self.gates.items()):
+            if not isinstance(stored, Mapping) or stored.get("partition") not in partitions:
+                continue
+            if "gate" not in stored:
+                continue
+            owned[key] = (stored["gate"], dict(stored["segment"]), bool(stored["firing"]))
+        telemetry = self.context.telemetry
+        for key, (gate, segment) in list(self.gauges.items()):
+            if key not in owned:
+                telemetry.forget_gate(gate, segment)
+                del self.gauges[key]
+        for key, (gate, segment, firing) in owned.items():
+            telemetry.set_gate(gate, segment, firing)
+            self.gauges[key] = (gate, segment)
+
+
+def _positioned_result(data: dict[str, Any], event: EventT) -> CaseResult:
+    """A result read back for aggregation, without re-validating this worker's own output.
+
+    Its `source` becomes its position on the aggregate-input topic: the window state's
+    high-water mark then skips a replay of that topic after a crash.
+    """
+    message = event.message
+    source = RecordSource.model_construct(
+        topic=message.topic, partition=message.partition, offset=message.offset
+    )
+    return CaseResult.model_construct(
+        **{**data, "ts": parse_event_time(data["ts"]), "source": source}
+    )
+
+
+__all__ = ["WindowStage", "gate_windows"]
