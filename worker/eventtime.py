@@ -41,19 +41,22 @@ def check_event_time(event_time: float, now: float, max_future_skew: float) -> f
 class PartitionClock:
     """Event-time progress of one input partition, as its reader sees it.
 
-    `next_offset` is the offset after the last record read (the committed offset before
-    any); `quiet_since` the wall time of the last record read, or of the assignment.
+    `next_offset` is the offset after the last record read (before any: the consumer's
+    position, where reading starts); `quiet_since` the wall time of the last record read,
+    or of the assignment.
     """
 
     quiet_since: float
     next_offset: int | None = None
     progress: float | None = None
+    observed: bool = False  # a record was read since the assignment
 
     def observe(self, offset: int, event_time: float | None, now: float) -> None:
         """A record at `offset` was read and its outputs sent (`event_time` None: it had
         no usable time, e.g. a dead letter)."""
         self.next_offset = offset + 1
         self.quiet_since = now
+        self.observed = True
         if event_time is not None and (self.progress is None or event_time > self.progress):
             self.progress = event_time
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
@@ -150,9 +149,9 @@ class ScoreStage:
         for tp in assigned:
             clock = self.clocks.get(tp.partition)
             if clock is None:
-                clock = PartitionClock(quiet_since=now)
-                clock.next_offset = await self._start_offset(tp)
-                self.clocks[tp.partition] = clock
+                clock = self.clocks[tp.partition] = PartitionClock(quiet_since=now)
+            if not clock.observed:  # nothing read since the assignment: where it stands
+                clock.next_offset = await self._position(tp)
             clock.follow_wall_clock(now, consumer.highwater(tp), self.settings.idle_timeout)
             if clock.progress is None:
                 continue
@@ -166,18 +165,13 @@ class ScoreStage:
             await self.publisher.marker(topics.aggregate_input, marker)
             self.sent[tp.partition] = (clock.progress, now)
 
-    async def _start_offset(self, tp: TP) -> int | None:
-        """Where reading `tp` starts: its committed offset, or the log's start."""
-        consumer = self.app.consumer
-        committed: Mapping[TP, int | None] = getattr(consumer, "_committed_offset", {})
+    async def _position(self, tp: TP) -> int | None:
+        """The next offset to read from `tp` (None when the broker did not say)."""
         try:
-            earliest = (await consumer.earliest_offsets(tp)).get(tp)
-        except Exception:  # the broker did not answer: not caught up, try next time
-            log.debug("no earliest offset for %s yet", tp, exc_info=True)
+            return await self.app.consumer.position(tp)
+        except Exception:  # not answered yet: not caught up, try on the next tick
+            log.debug("no position for %s yet", tp, exc_info=True)
             return None
-        if earliest is None:
-            return None
-        return max(committed.get(tp) or 0, earliest)
 
 
 def observe(context: StreamContext, result: CaseResult, scoring_seconds: float) -> None:
