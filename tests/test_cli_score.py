@@ -161,6 +161,28 @@ def test_malformed_envelope_names_the_payload_field(tmp_path: Path) -> None:
     assert done.returncode == 0  # the one good row passes
 
 
+def _without_output(case: dict[str, object]) -> dict[str, object]:
+    return {key: value for key, value in case.items() if key != "output"}
+
+
+def test_case_without_output_is_scored_as_empty_output_in_both_paths(tmp_path: Path) -> None:
+    case = _without_output(json.loads(I25.read_text(encoding="utf-8").splitlines()[0]))
+    native = tmp_path / "native.jsonl"
+    native.write_text(json.dumps(case) + "\n", encoding="utf-8")
+    envelope = tmp_path / "envelope.jsonl"
+    envelope.write_text(
+        json.dumps({"id": "e1", "suite": "safe", "payload": case}) + "\n", encoding="utf-8"
+    )
+    for path, extra in ((native, ["--suite", "safe"]), (native, []), (envelope, [])):
+        done = score(path, *extra, "--format", "json", cwd=tmp_path)
+        assert done.returncode == 1, (path, extra, done.stderr)  # CR 0 is a Fail, not a skip
+        assert "could not be scored" not in done.stderr
+        [result] = json.loads(done.stdout)["results"]
+        assert result["test_id"] == "I25-BATCH1-001"
+        assert result["scores"] == {"CR": 0.0, "AH": 1.0, "AC": 0.0, "composite": 1 / 3}
+        assert result["label"] == "Fail"
+
+
 # ---------------------------------------------------------------- formats and options
 
 

@@ -37,9 +37,12 @@ class SafeBatchScorer:
         self.matcher = matcher
 
     def native_payload(self, row: dict[str, Any]) -> SafePayload:
-        """A native SAFE row is a test case with the engine `output`."""
-        if "output" not in row:
-            raise ValueError("output: missing (a SAFE test case needs the engine output)")
+        """A native SAFE row is a test case with the engine `output`.
+
+        A case without `output` is scored as an empty output (seed 004: "Empty output ->
+        CR = 0.0"), as its envelope would be; skipping it would raise the pass rate
+        exactly when the engine produced nothing.
+        """
         return SafePayload.model_validate(row)
 
     def native_id(self, row: dict[str, Any], fallback: str) -> str:
