@@ -130,6 +130,9 @@ class GateEvent(OutputModel):
     count: int
     window: WindowSpan
     ts: datetime
+    # Why the state changed when it is not the value: "no_data" (the segment has had no
+    # cases for the gate's `stale_after`).
+    reason: str | None = None
 
 
 class DeadLetterError(OutputModel):
