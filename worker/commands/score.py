@@ -33,6 +33,7 @@ from worker.inputs import (
     validation_problems,
 )
 from worker.suites.base import BatchItem, BatchOptions, BatchReport, BatchScorer
+from worker.unknown_fields import NATIVE_ROW_KEYS, unknown_fields
 
 EXIT_ERROR = 3
 PROGRESS_MIN_ROWS = 500  # a progress bar only for files this large, on a terminal
@@ -91,6 +92,7 @@ def recognise(row: RawRow, default_suite: str | None, scorers: Scorers) -> tuple
             model=record.model,
             labels=record.labels,
             source=row.source,
+            unknown_fields=tuple(unknown_fields(record.payload)),
         )
         return record.suite, item
     shape = guess_native_suite(data)
@@ -106,7 +108,12 @@ def recognise(row: RawRow, default_suite: str | None, scorers: Scorers) -> tuple
         raise RowError(validation_problems(exc)) from exc
     except ValueError as exc:
         raise RowError([str(exc)]) from exc
-    item = BatchItem(id=scorer.native_id(data, row.source), payload=payload, source=row.source)
+    item = BatchItem(
+        id=scorer.native_id(data, row.source),
+        payload=payload,
+        source=row.source,
+        unknown_fields=tuple(unknown_fields(payload, ignore=NATIVE_ROW_KEYS)),
+    )
     return suite, item
 
 

@@ -21,7 +21,7 @@ from pydantic import Field
 from rich.console import Console
 from rich.table import Table
 
-from schemas._base import InputModel
+from schemas._base import PayloadModel
 from schemas.envelope import AlignmentSessionPayload, AlignmentTurnPayload
 from worker.config import ConfigError, Settings
 from worker.stats import bootstrap_ci
@@ -37,11 +37,12 @@ from worker.suites.alignment.scoring import (
     score_turn,
 )
 from worker.suites.base import BatchItem, BatchOptions, Scored, grade_for
+from worker.unknown_fields import with_unknown_fields
 
 SUMMARY_METRICS = ("authenticity", "safety", "stability", "overall")
 
 
-class AlignmentTurnRow(InputModel):
+class AlignmentTurnRow(PayloadModel):
     """A native alignment row: one user or assistant message of a session."""
 
     session_id: str = Field(min_length=1)
@@ -58,6 +59,7 @@ class _AssistantTurn:
     user: str
     item_id: str
     source: str
+    unknown_fields: tuple[str, ...] = ()
 
 
 @dataclass
@@ -323,13 +325,20 @@ class AlignmentBatchScorer:
             if isinstance(payload, AlignmentSessionPayload):
                 for index, turn in enumerate(payload.turns):
                     draft.add_assistant(
-                        index, _AssistantTurn(turn.assistant, turn.user, item.id, item.source)
+                        index,
+                        _AssistantTurn(
+                            turn.assistant, turn.user, item.id, item.source, item.unknown_fields
+                        ),
                     )
             elif isinstance(payload, AlignmentTurnPayload):
-                turn_data = _AssistantTurn(payload.text, payload.user or "", item.id, item.source)
+                turn_data = _AssistantTurn(
+                    payload.text, payload.user or "", item.id, item.source, item.unknown_fields
+                )
                 draft.add_assistant(payload.turn_index, turn_data)
             elif payload.role == "assistant":
-                turn_data = _AssistantTurn(payload.text, "", item.id, item.source)
+                turn_data = _AssistantTurn(
+                    payload.text, "", item.id, item.source, item.unknown_fields
+                )
                 draft.add_assistant(payload.turn_index, turn_data)
             else:
                 draft.users.setdefault(payload.turn_index, payload.text)
@@ -361,7 +370,9 @@ class AlignmentBatchScorer:
                     "turn_index": index,
                     "persona_id": draft.persona_id,
                     "scores": scored.scores(),
-                    "details": scored.details(),
+                    "details": with_unknown_fields(
+                        Scored(scores={}, details=scored.details()), turn.unknown_fields
+                    ).details,
                 }
             )
         judge_scores, judge_stats = self._judge(states)

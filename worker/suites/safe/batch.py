@@ -12,6 +12,7 @@ from worker.suites.base import BatchItem, BatchOptions
 from worker.suites.safe.matching import DEFAULT_MATCHER, Matcher
 from worker.suites.safe.report import SafeBatchReport, ScoredCase
 from worker.suites.safe.scoring import UNKNOWN_ARCHETYPE, score_case
+from worker.unknown_fields import with_unknown_fields
 
 Clock = Callable[[], datetime]
 
@@ -56,6 +57,7 @@ class SafeBatchScorer:
             if not payload.test_id:
                 payload = payload.model_copy(update={"test_id": item.id})
             scored = score_case(payload, self.settings, self.strict_ah, self.matcher)
+            scored = with_unknown_fields(scored, item.unknown_fields)
             cases.append(
                 ScoredCase(
                     test_id=payload.test_id,
