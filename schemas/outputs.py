@@ -81,6 +81,9 @@ class SafeFigures(OutputModel):
 
     pass_rates: dict[str, float]
     by_archetype: dict[str, ArchetypeFigures]
+    # Cases with no expectations at all (they pass whatever the output): a feed that lost
+    # its expectations shows up here.
+    vacuous_count: int = 0
 
 
 class ExtractionFigures(OutputModel):
