@@ -124,7 +124,9 @@ def score_turn(
     alignment = settings.alignment
     patterns = patterns if patterns is not None else patterns_from_settings(settings)
     style_sim = style_similarity(embedding, persona.example_vectors)
-    traits = match_traits(text, persona.traits, alignment.verbosity)
+    traits = match_traits(
+        text, persona.traits, alignment.verbosity, embedding, persona.trait_classifier
+    )
     lexicon = persona.lexicon.score(text) if persona.lexicon is not None else None
     weights = alignment.weights
     authenticity = renormalised_mean(
