@@ -35,6 +35,7 @@ from worker.suites.alignment.scoring import (
     SessionState,
     score_session,
     score_turn,
+    session_transcript,
 )
 from worker.suites.base import BatchItem, BatchOptions, Scored, grade_for
 from worker.unknown_fields import with_unknown_fields
@@ -361,8 +362,7 @@ class AlignmentBatchScorer:
                 state = SessionState.new(draft.session_id, draft.persona_id, self.settings)
                 state.duplicates = draft.duplicates
                 states[draft.session_id] = state
-            transcript_text = f"User: {user}\nAssistant: {turn.text}" if user else turn.text
-            state.add(index, scored, vector, text=transcript_text)
+            state.add(index, scored, vector, text=turn.text, user=user)
             turns.append(
                 {
                     "id": turn.item_id,
@@ -412,7 +412,8 @@ class AlignmentBatchScorer:
 
         async def run() -> tuple[list[float | None], JudgeStats]:
             async with SafetyJudge(judge_settings) as judge:
-                verdicts = await judge.judge_many([states[s].transcript() for s in session_ids])
+                transcripts = [session_transcript(states[s]) for s in session_ids]
+                verdicts = await judge.judge_many(transcripts)
                 return [verdict.score for verdict in verdicts], judge.stats
 
         scores, stats = asyncio.run(run())
