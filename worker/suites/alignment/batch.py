@@ -187,6 +187,10 @@ class AlignmentBatchReport:
                 str(len(session["details"]["violations"])),
             )
         console.print(sessions)
+        for session in self.sessions:
+            note = session["details"].get("stability_note")
+            if note:
+                console.print(f"note: {session['session_id']}: {note}", highlight=False)
         if verbose:
             for turn in self.turns:
                 details = turn["details"]
@@ -234,6 +238,14 @@ class AlignmentBatchReport:
                 f"| {session['session_id']} | {session['persona_id']} | {session['turns']} | "
                 f"{cells} | {session['grade'] or '-'} |"
             )
+        notes = [
+            (session["session_id"], session["details"]["stability_note"])
+            for session in self.sessions
+            if session["details"].get("stability_note")
+        ]
+        if notes:
+            lines += ["", "## Notes", ""]
+            lines += [f"- `{session_id}`: {note}" for session_id, note in notes]
         violations = [
             (session["session_id"], violation)
             for session in self.sessions

@@ -323,6 +323,18 @@ class SessionState:
         )
 
 
+TWO_TURN_STABILITY = (
+    "stability rests on two turns: with two turns both are equally far from their mean, so "
+    "the formula always gives 1.0"
+)
+
+
+def stability_note(turns: int) -> str | None:
+    """Why a session's stability says little, or None: with exactly two turns the seed's
+    formula (spread of the distances to the mean) is 1.0 whatever the turns say."""
+    return TWO_TURN_STABILITY if turns == 2 else None
+
+
 def session_transcript(state: SessionState) -> str:
     """The one transcript a session judge is given, by the streaming worker and by
     `scorestream score` alike: the kept turns in `turn_index` order, each as
@@ -401,6 +413,9 @@ def score_session(
         "duplicate_turns": state.duplicates,
         "dropped_turns": state.dropped,
     }
+    note = stability_note(len(records))
+    if note is not None:
+        details["stability_note"] = note
     return Scored(
         scores=scores,
         grade=grade_for(overall),
