@@ -264,8 +264,10 @@ class AlignmentBatchReport:
         return "\n".join(lines) + "\n"
 
     def exit_code(self) -> int:
-        """1 when a row could not be scored or a session grades F, else 0 (no labels)."""
-        if self.errors or any(session["grade"] == "F" for session in self.sessions):
+        """3 when a row could not be scored, else 1 when a session grades F, else 0."""
+        if self.errors:
+            return 3
+        if any(session["grade"] == "F" for session in self.sessions):
             return 1
         return 0
 
