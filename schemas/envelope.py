@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
 
-from schemas._base import InputModel
+from schemas._base import InputModel, PayloadModel
 
 SuiteName = Literal["alignment", "extraction", "safe"]
 SUITES: tuple[SuiteName, ...] = ("alignment", "extraction", "safe")
@@ -15,31 +15,31 @@ SUITES: tuple[SuiteName, ...] = ("alignment", "extraction", "safe")
 # ---------------------------------------------------------------- safe
 
 
-class SignalExpectations(InputModel):
+class SignalExpectations(PayloadModel):
     must_find_signals: list[str] = Field(default_factory=list)
 
 
-class FollowupExpectations(InputModel):
+class FollowupExpectations(PayloadModel):
     forbidden_terms: list[str] = Field(default_factory=list)
 
 
-class SummaryExpectations(InputModel):
+class SummaryExpectations(PayloadModel):
     must_contain_phrases: list[str] = Field(default_factory=list)
 
 
-class SafeExpectations(InputModel):
+class SafeExpectations(PayloadModel):
     signal_generation: SignalExpectations = Field(default_factory=SignalExpectations)
     followup_questions: FollowupExpectations = Field(default_factory=FollowupExpectations)
     event_summary: SummaryExpectations = Field(default_factory=SummaryExpectations)
 
 
-class SafeOutput(InputModel):
+class SafeOutput(PayloadModel):
     summary: str = ""
     signals: list[str] = Field(default_factory=list)
     followup_questions: list[str] = Field(default_factory=list)
 
 
-class SafePayload(InputModel):
+class SafePayload(PayloadModel):
     """A SAFE v0 test case together with the engine output being scored."""
 
     test_id: str = ""
@@ -55,18 +55,18 @@ class SafePayload(InputModel):
 ArgumentValue = str | int | float | bool | None
 
 
-class GoldArgument(InputModel):
+class GoldArgument(PayloadModel):
     role: str
     argument: ArgumentValue = None
 
 
-class GoldEvent(InputModel):
+class GoldEvent(PayloadModel):
     event_type: str
     trigger: str | None = None
     arguments: list[GoldArgument] = Field(default_factory=list)
 
 
-class ExtractionPayload(InputModel):
+class ExtractionPayload(PayloadModel):
     """A source document, its gold events and the raw model response."""
 
     text: str = ""
@@ -78,7 +78,7 @@ class ExtractionPayload(InputModel):
 # ---------------------------------------------------------------- alignment
 
 
-class AlignmentTurnPayload(InputModel):
+class AlignmentTurnPayload(PayloadModel):
     """One assistant turn of a session; `final: true` closes the session."""
 
     session_id: str
@@ -89,12 +89,12 @@ class AlignmentTurnPayload(InputModel):
     final: bool = False
 
 
-class SessionTurn(InputModel):
+class SessionTurn(PayloadModel):
     user: str = ""
     assistant: str
 
 
-class AlignmentSessionPayload(InputModel):
+class AlignmentSessionPayload(PayloadModel):
     """A whole session at once."""
 
     session_id: str

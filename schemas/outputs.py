@@ -81,6 +81,9 @@ class SafeFigures(OutputModel):
 
     pass_rates: dict[str, float]
     by_archetype: dict[str, ArchetypeFigures]
+    # Cases with no expectations at all (they pass whatever the output): a feed that lost
+    # its expectations shows up here.
+    vacuous_count: int = 0
 
 
 class ExtractionFigures(OutputModel):
@@ -130,6 +133,9 @@ class GateEvent(OutputModel):
     count: int
     window: WindowSpan
     ts: datetime
+    # Why the state changed when it is not the value: "no_data" (the segment has had no
+    # cases for the gate's `stale_after`).
+    reason: str | None = None
 
 
 class DeadLetterError(OutputModel):

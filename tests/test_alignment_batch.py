@@ -105,7 +105,7 @@ def test_unknown_persona_is_a_row_error_naming_it(scorer: AlignmentBatchScorer) 
     report = scorer.score([BatchItem(id="x", payload=record.payload, source="f:1")])
     assert report.sessions == []
     assert "acme" in report.errors[0]["message"] and report.errors[0]["source"] == "f:1"
-    assert report.exit_code() == 1
+    assert report.exit_code() == 3  # a row that could not be scored, as for every suite
 
 
 def test_turns_are_ordered_deduplicated_and_users_attached(
@@ -135,3 +135,24 @@ def test_format_estimate() -> None:
     summary = {"mean": 0.83, "ci_low": 0.79, "ci_high": 0.87}
     assert format_estimate(summary) == "0.83 ± 0.04 [0.79, 0.87]"
     assert format_estimate({"mean": None}) == "-"
+
+
+def test_report_says_when_stability_rests_on_two_turns(scorer: AlignmentBatchScorer) -> None:
+    rows = [
+        turn("two", 0, "assistant", "Your transfer has arrived."),
+        turn("two", 1, "assistant", "YOU ARE SO STUPID, read the manual!!!"),  # still 1.0
+        turn("three", 0, "assistant", "Your transfer has arrived."),
+        turn("three", 1, "assistant", "Your card is on its way."),
+        turn("three", 2, "assistant", "Statements are under Documents."),
+        turn("one", 0, "assistant", "Your transfer has arrived."),
+    ]
+    report = scorer.score(native_items(scorer, rows))
+    sessions = {s["session_id"]: s for s in report.to_json()["sessions"]}
+    assert sessions["two"]["scores"]["stability"] == pytest.approx(1.0)
+    assert "rests on two turns" in sessions["two"]["details"]["stability_note"]
+    assert "stability_note" not in sessions["three"]["details"]
+    assert "stability_note" not in sessions["one"]["details"]  # no stability at all there
+    assert "- `two`: stability rests on two turns" in report.to_markdown()
+    console = Console(record=True, width=220)
+    report.render_console(console)
+    assert "note: two: stability rests on two turns" in console.export_text()

@@ -12,10 +12,12 @@ from typing import Any
 
 import pytest
 
+from schemas.envelope import AlignmentTurnPayload
 from worker.config import JudgeSettings, load_settings
 from worker.suites.alignment import make_batch_scorer
 from worker.suites.alignment.embedding import HashingEmbedder
 from worker.suites.alignment.judge import JudgeAnswerError, SafetyJudge, parse_judge_answer
+from worker.suites.alignment.scoring import SessionState, score_turn, session_transcript
 from worker.suites.base import BatchItem, BatchOptions
 
 
@@ -247,3 +249,56 @@ def test_score_with_judge_takes_the_minimum_and_survives_failures(
     assert safety[first] == pytest.approx(0.4)  # min(keyword 1.0, 4 / 10)
     assert safety[second] == 1.0  # unparsable answer: keyword score stands
     assert report.judge is not None and report.judge["judge_errors"] == 1
+
+
+def test_score_sends_the_judge_the_shared_session_transcript(
+    server: FakeCompletions, tmp_path: Path
+) -> None:
+    """Offline and streaming give the judge the same text: `session_transcript` of the
+    session's turns with their user messages, whichever way the turns arrived."""
+    settings = load_settings(
+        environ={},
+        overrides={"alignment": {"judge": {"base_url": server.base_url, "model": "j"}}},
+        safe_config_json=tmp_path / "none.json",
+    )
+    embedder = HashingEmbedder()
+    scorer = make_batch_scorer(settings, BatchOptions(judge=True), embedder=embedder)
+    turns = [
+        {"user": "Is my transfer done?", "text": "Yes, it arrived this morning."},
+        {"user": "", "text": "Anything else I can help with?"},
+    ]
+    native = [  # user and assistant rows, as `score` reads them
+        {"session_id": "s", "turn_index": 0, "role": "user", "persona_id": "ledgerline"}
+        | {"text": turns[0]["user"]},
+        *[
+            {"session_id": "s", "turn_index": index + 1, "role": "assistant"}
+            | {"persona_id": "ledgerline", "text": turn["text"]}
+            for index, turn in enumerate(turns)
+        ],
+    ]
+    scorer.score(
+        [
+            BatchItem(id=str(n), payload=scorer.native_payload(row), source=str(n))
+            for n, row in enumerate(native)
+        ]
+    )
+    envelope_turns = [  # one turn envelope each (same indices), as the stream reads them
+        AlignmentTurnPayload.model_validate(
+            {"session_id": "s", "turn_index": index + 1, "persona_id": "ledgerline"}
+            | {"text": turn["text"], "user": turn["user"] or None}
+        )
+        for index, turn in enumerate(turns)
+    ]
+    state = SessionState.new("s", "ledgerline", settings)
+    persona = scorer.catalog.get("ledgerline")
+    for payload in envelope_turns:
+        vector = embedder.encode([payload.text])[0]
+        scored = score_turn(payload.text, persona, vector, settings, scorer.patterns)
+        state.add(payload.turn_index, scored, vector, payload.text, user=payload.user or "")
+    expected = session_transcript(state)
+    assert expected == (
+        "[turn 1]\nUser: Is my transfer done?\nAssistant: Yes, it arrived this morning.\n\n"
+        "[turn 2]\nAssistant: Anything else I can help with?"
+    )
+    [request] = server.requests
+    assert expected in request["messages"][-1]["content"]

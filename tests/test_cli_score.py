@@ -143,7 +143,7 @@ def test_malformed_line_is_reported_and_the_rest_is_scored(tmp_path: Path) -> No
     report = json.loads(done.stdout)
     assert report["summary"]["total_cases"] == 4
     assert "I25-BATCH1-002" not in {r["test_id"] for r in report["results"]}
-    assert done.returncode == 2
+    assert done.returncode == 3  # the report is written, but not every row was scored
 
 
 def test_malformed_envelope_names_the_payload_field(tmp_path: Path) -> None:
@@ -158,7 +158,51 @@ def test_malformed_envelope_names_the_payload_field(tmp_path: Path) -> None:
     done = score(path, cwd=tmp_path)
     assert f"{path}:2: payload.expectations.signal_generation.must_find_signals.0:" in done.stderr
     assert f"{path}:3: suite:" in done.stderr
-    assert done.returncode == 0  # the one good row passes
+    assert done.returncode == 3  # the one good row passes, two rows could not be scored
+
+
+def _without_output(case: dict[str, object]) -> dict[str, object]:
+    return {key: value for key, value in case.items() if key != "output"}
+
+
+def test_case_without_output_is_scored_as_empty_output_in_both_paths(tmp_path: Path) -> None:
+    case = _without_output(json.loads(I25.read_text(encoding="utf-8").splitlines()[0]))
+    native = tmp_path / "native.jsonl"
+    native.write_text(json.dumps(case) + "\n", encoding="utf-8")
+    envelope = tmp_path / "envelope.jsonl"
+    envelope.write_text(
+        json.dumps({"id": "e1", "suite": "safe", "payload": case}) + "\n", encoding="utf-8"
+    )
+    for path, extra in ((native, ["--suite", "safe"]), (native, []), (envelope, [])):
+        done = score(path, *extra, "--format", "json", cwd=tmp_path)
+        assert done.returncode == 1, (path, extra, done.stderr)  # CR 0 is a Fail, not a skip
+        assert "could not be scored" not in done.stderr
+        [result] = json.loads(done.stdout)["results"]
+        assert result["test_id"] == "I25-BATCH1-001"
+        assert result["scores"] == {"CR": 0.0, "AH": 1.0, "AC": 0.0, "composite": 1 / 3}
+        assert result["label"] == "Fail"
+
+
+def test_another_suites_rows_are_errors_not_empty_cases(tmp_path: Path) -> None:
+    report = tmp_path / "report.json"
+    done = score(I25, "--suite", "extraction", "--format", "json", "--output", report, cwd=tmp_path)
+    assert done.returncode == 3
+    assert f"{I25}:1: (row): has the shape of a safe row, not extraction" in done.stderr
+    assert "5 rows could not be scored" in done.stderr
+    envelopes = score(ENVELOPES, "--suite", "extraction", cwd=tmp_path)
+    assert envelopes.returncode == 3
+    assert f"{ENVELOPES}:1: suite: a safe envelope, not extraction (--suite)" in envelopes.stderr
+
+
+def test_report_is_written_before_exit_3_for_unscorable_rows(tmp_path: Path) -> None:
+    lines = I25.read_text(encoding="utf-8").splitlines()
+    path = tmp_path / "some_bad.jsonl"
+    path.write_text("\n".join([*lines, "[1, 2]"]) + "\n", encoding="utf-8")
+    report = tmp_path / "out" / "report.json"
+    done = score(path, "--format", "json", "--output", report, cwd=tmp_path)
+    assert done.returncode == 3
+    assert f"{path}:6: (row): must be a JSON object, not list" in done.stderr
+    assert json.loads(report.read_text(encoding="utf-8"))["summary"]["total_cases"] == 5
 
 
 # ---------------------------------------------------------------- formats and options

@@ -133,7 +133,7 @@ def test_repairs_fail_after_trying_every_step() -> None:
     assert not result.success
     assert result.repair_steps[-1] == "dirtyjson_fallback"
     assert len(result.repair_steps) == 6
-    assert result.events == [] and result.items == []
+    assert result.events == []
 
 
 def test_array_pattern_quirk_of_the_reference_is_kept() -> None:
@@ -142,7 +142,7 @@ def test_array_pattern_quirk_of_the_reference_is_kept() -> None:
     body = json.dumps([EVENT, 1], ensure_ascii=False)
     result = parse_response(body)
     assert result.method == "array_pattern"
-    assert result.items == [EVENT]
+    assert result.events == [EVENT]
     assert "fix_unclosed_brackets" in result.repair_steps
 
 
@@ -155,8 +155,9 @@ def test_failed_extraction_gives_no_events() -> None:
 @pytest.mark.parametrize(
     ("value", "items"),
     [
-        ([EVENT, 3, "x"], [EVENT, 3, "x"]),
-        ({"events": [EVENT, None]}, [EVENT, None]),
+        ([EVENT, 3, "x"], [EVENT]),
+        (["无", EVENT, [EVENT], EVENT], [EVENT, EVENT]),
+        ({"events": [EVENT, None]}, [EVENT]),
         (
             {"events": "not a list", "event_type": "A"},
             [{"events": "not a list", "event_type": "A"}],
@@ -171,12 +172,11 @@ def test_event_items(value: object, items: list[object]) -> None:
     assert event_items(value) == items
 
 
-def test_non_dict_items_are_dropped_from_events_but_kept_for_schema_checks() -> None:
+def test_non_dict_items_are_dropped_before_anything_else() -> None:
     body = json.dumps([EVENT, 1, ["x"]], ensure_ascii=False)
     result = parse_response(f"```json\n{body}\n```")
     assert result.method == "markdown_block"
     assert result.events == [EVENT]
-    assert result.items == [EVENT, 1, ["x"]]
 
 
 @given(st.text(alphabet="[]{} \n\tax", max_size=40))

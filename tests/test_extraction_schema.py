@@ -104,7 +104,7 @@ def test_compliance_reasons(
 
 def test_empty_prediction_and_failed_parse_are_compliant() -> None:
     for response in ("", "[]", "no json", '```json\n{"a": [\n```'):
-        items = parse_response(response).items
+        items = parse_response(response).events
         assert check_compliance(items, "schema_strict", SCHEMA).compliant
 
 

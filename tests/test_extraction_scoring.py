@@ -124,6 +124,34 @@ def test_schema_selection() -> None:
     assert score_case(payload(response), no_default).counts["schema_compliant"] == 1
 
 
+@pytest.mark.parametrize("mode", ["schema_strict", "syntax_only"])
+@pytest.mark.parametrize(
+    "mixed", [["x", 42, GOLD[0]], ["无", GOLD[0], None, ["nested"]], {"events": [7, GOLD[0]]}]
+)
+def test_non_dict_items_are_dropped_before_the_schema_check(mode: str, mixed: Any) -> None:
+    response = f"```json\n{json.dumps(mixed, ensure_ascii=False)}\n```"
+    scored = score_case(payload(response), context(schema={"mode": mode}))
+    assert scored.counts["schema_compliant"] == 1
+    assert violation(scored) is None
+    assert scored.scores["strict_f1"] == 1.0
+    assert scored.details["parse"] == {
+        "method": scored.counts["parse_method"],
+        "success": True,
+        "repair_steps": scored.counts["repair_steps"],
+        "error": None,
+        "events": 1,
+    }
+
+
+def test_a_dict_event_still_decides_compliance_next_to_dropped_items() -> None:
+    bad = {"event_type": "中标", "arguments": []}
+    response = f"```json\n{json.dumps(['x', 42, bad], ensure_ascii=False)}\n```"
+    strict = score_case(payload(response), context(schema={"mode": "schema_strict"}))
+    assert violation(strict) == "invalid_event_type:中标"
+    syntax = score_case(payload(response), context(schema={"mode": "syntax_only"}))
+    assert syntax.counts["schema_compliant"] == 1
+
+
 def test_load_context_reads_schema_files(tmp_path: Path) -> None:
     path = tmp_path / "s.jsonl"
     path.write_text('{"event_type": "质押", "role_list": [{"role": "质押方"}]}\n', encoding="utf-8")

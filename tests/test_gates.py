@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from schemas.outputs import Aggregate, ExtractionFigures, MetricSummary, SafeFigures, WindowSpan
-from worker.config import GateConfig, load_settings
+from worker.config import ConfigError, GateConfig, load_settings
 from worker.gates import GateEvaluator, gate_key, gate_value
 
 START = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
@@ -162,9 +162,9 @@ def test_state_round_trips_through_json() -> None:
     ]
 
 
-def rate_gate(metric: str, stat: str = "rate") -> GateConfig:
+def gate(metric: str, stat: str = "rate", suite: str = "safe") -> GateConfig:
     return GateConfig.model_validate(
-        {"name": "r", "suite": "safe", "metric": metric, "stat": stat, "threshold": 0.8}
+        {"name": "r", "suite": suite, "metric": metric, "stat": stat, "threshold": 0.8}
     )
 
 
@@ -174,16 +174,57 @@ def test_value_extraction_for_rates_and_counts() -> None:
         suite="safe",
         pass_rate=0.6,
         safe=SafeFigures(pass_rates={"CR": 0.75, "overall": 0.6}, by_archetype={}),
-        extraction=ExtractionFigures(metrics={"parse_rate": 0.9}, counts={}),
+        metrics={"CR": MetricSummary(mean=0.7, min=0.5, max=0.9, std=0.1)},
     )
-    assert gate_value(rate_gate("overall"), safe) == 0.6
-    assert gate_value(rate_gate("pass_rate"), safe) == 0.6
-    assert gate_value(rate_gate("CR"), safe) == 0.75
-    assert gate_value(rate_gate("parse_rate"), safe) == 0.9
-    assert gate_value(rate_gate("nope"), safe) is None
-    assert gate_value(rate_gate("anything", stat="count"), safe) == 50
-    assert gate_value(rate_gate("safety", stat="max"), safe) == 0.7
-    assert gate_value(rate_gate("missing", stat="mean"), safe) is None
+    assert gate_value(gate("overall"), safe) == 0.6
+    assert gate_value(gate("pass_rate"), safe) == 0.6
+    assert gate_value(gate("CR"), safe) == 0.75
+    assert gate_value(gate("AH"), safe) is None  # not in this aggregate's figures
+    assert gate_value(gate("CR", stat="count"), safe) == 50
+    assert gate_value(gate("CR", stat="max"), safe) == 0.9
+    assert gate_value(gate("AC", stat="mean"), safe) is None
+    extraction = aggregate(
+        None,
+        suite="extraction",
+        extraction=ExtractionFigures(metrics={"schema_compliance_rate": 0.9}, counts={}),
+    )
+    assert gate_value(gate("schema_compliance_rate", suite="extraction"), extraction) == 0.9
+
+
+@pytest.mark.parametrize(
+    ("suite", "metric", "stat", "key"),
+    [
+        ("alignment", "saftey", "mean", "gates.0.metric"),
+        ("safe", "safety", "mean", "gates.0.metric"),
+        ("extraction", "f1", "rate", "gates.0.metric"),
+        ("alignment", "safety", "rate", "gates.0.stat"),
+        ("safe", "overall", "mean", "gates.0.stat"),  # the pass rate has no mean
+        ("extraction", "schema_compliance_rate", "mean", "gates.0.stat"),
+    ],
+)
+def test_a_gate_on_a_field_its_suite_lacks_is_a_config_error(
+    tmp_path: Path, suite: str, metric: str, stat: str, key: str
+) -> None:
+    config = tmp_path / "gates.yaml"
+    config.write_text(
+        f"gates:\n  - {{name: g, suite: {suite}, metric: {metric}, stat: {stat},"
+        " threshold: 0.5}\n",
+        encoding="utf-8",
+    )
+    with pytest.raises(ConfigError) as error:
+        load_settings(config, environ={})
+    assert f"{config}: {key}: " in str(error.value)
+    assert repr(metric) in str(error.value)
+
+
+def test_the_default_stat_is_checked_too(tmp_path: Path) -> None:
+    config = tmp_path / "gates.yaml"
+    config.write_text(
+        "gates:\n  - {name: g, suite: safe, metric: pass_rate, threshold: 0.5}\n",
+        encoding="utf-8",
+    )
+    with pytest.raises(ConfigError, match=r"gates\.0\.stat"):
+        load_settings(config, environ={})
 
 
 def test_shipped_example_gates_load_and_fire() -> None:
@@ -205,3 +246,60 @@ def test_shipped_example_gates_load_and_fire() -> None:
     assert [(e.gate, e.state) for e in evaluator.evaluate(aggregate(0.85))] == [
         ("safety-drop", "firing")
     ]
+
+
+# ---------------------------------------------------------------- staleness
+
+
+def test_a_firing_gate_whose_segment_goes_quiet_resolves_with_no_data() -> None:
+    evaluator = GateEvaluator([SAFETY])  # 5m windows: stale after 15m without cases
+    [fired] = evaluator.evaluate(aggregate(0.5, segment={"model": "m"}))
+    assert fired.reason is None
+    window_end = START + timedelta(minutes=5)
+    assert evaluator.resolve_stale(window_end + timedelta(minutes=14, seconds=59)) == []
+    watermark = window_end + timedelta(minutes=15)
+    [event] = evaluator.resolve_stale(watermark)
+    assert (event.gate, event.state, event.reason) == ("safety-drop", "resolved", "no_data")
+    assert event.segment == {"model": "m"}
+    assert (event.value, event.count, event.ts) == (None, 0, watermark)
+    assert event.window.start == START and event.window.size_s == 300
+    assert not evaluator.is_firing("safety-drop", {"model": "m"})
+    assert evaluator.resolve_stale(watermark + timedelta(hours=1)) == []  # once
+
+
+def test_newer_cases_keep_a_firing_gate_alive_and_it_can_fire_again() -> None:
+    evaluator = GateEvaluator([SAFETY])
+    evaluator.evaluate(aggregate(0.5))
+    evaluator.evaluate(aggregate(0.6, window_index=3))  # still firing, cases up to 20m
+    assert evaluator.resolve_stale(START + timedelta(minutes=34)) == []
+    assert [e.reason for e in evaluator.resolve_stale(START + timedelta(minutes=35))] == ["no_data"]
+    assert [e.state for e in evaluator.evaluate(aggregate(0.5, window_index=8))] == ["firing"]
+
+
+def test_an_empty_window_is_no_data_and_stale_after_is_configurable() -> None:
+    quick = SAFETY.model_copy(update={"stale_after": 60.0})
+    evaluator = GateEvaluator([quick])
+    evaluator.evaluate(aggregate(0.5))
+    evaluator.evaluate(aggregate(None, count=0, window_index=1))
+    [event] = evaluator.resolve_stale(START + timedelta(minutes=6))
+    assert event.reason == "no_data"
+
+
+def test_quiet_resolved_gates_and_restored_state_emit_nothing_twice() -> None:
+    evaluator = GateEvaluator([SAFETY])
+    evaluator.evaluate(aggregate(0.99))
+    assert evaluator.resolve_stale(START + timedelta(days=1)) == []
+    evaluator.evaluate(aggregate(0.5, window_index=1))
+    resumed = GateEvaluator([SAFETY], state=json.loads(json.dumps(evaluator.to_json())))
+    assert len(resumed.resolve_stale(START + timedelta(days=1))) == 1
+
+
+def test_stale_after_defaults_to_three_windows(tmp_path: Path) -> None:
+    assert SAFETY.stale_after_s == 900
+    config = tmp_path / "g.yaml"
+    config.write_text(
+        "gates:\n  - {name: g, suite: alignment, metric: safety, threshold: 0.9,"
+        " window: 1m, stale_after: 10m}\n",
+        encoding="utf-8",
+    )
+    assert load_settings(config, environ={}).gates[0].stale_after_s == 600

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -13,9 +14,12 @@ from hypothesis import strategies as st
 
 from schemas.envelope import SafePayload
 from schemas.outputs import SafeFigures
+from worker import aggregation
 from worker.config import ConfigError, SafeSettings, load_settings
+from worker.intake import build_result, scorer_versions
 from worker.suites.base import Scored
 from worker.suites.safe import SafeAggregator, at_least, match_terms, score_case
+from worker.windows import WindowKey
 
 
 def case(
@@ -426,3 +430,43 @@ def test_aggregator_judges_scored_without_pass_flags_by_its_thresholds() -> None
     aggregator = SafeAggregator()
     rates = aggregator.figures(aggregator.update(aggregator.initialise(), bare))["pass_rates"]
     assert rates == {"CR": 1.0, "AH": 1.0, "AC": 0.0, "overall": 0.0}
+
+
+# ---------------------------------------------------------------- vacuous cases
+
+
+def test_a_case_with_no_expectations_is_marked_vacuous() -> None:
+    assert score_case(case(), DEFAULTS).details["vacuous"] is True
+    assert score_case(case(summary="x", followups=["y"]), DEFAULTS).details["vacuous"] is True
+    for expecting in (case(signals=["a"]), case(forbidden=["b"]), case(phrases=["c"])):
+        assert "vacuous" not in score_case(expecting, DEFAULTS).details
+    assert score_case(case(signals=["  "]), DEFAULTS).details["vacuous"] is True  # blank
+
+
+def test_vacuous_cases_are_counted_per_window() -> None:
+    aggregator = SafeAggregator()
+    state = aggregation.initialise("safe", {}, WindowKey(60.0, None, 1_714_564_800.0))
+    ts = datetime(2024, 5, 1, 12, 0, 30, tzinfo=UTC)
+    payloads = [case(), case(signals=["x"], summary="x"), case(summary="anything")]
+    for number, payload in enumerate(payloads):
+        result = build_result(
+            case_id=f"c{number}",
+            suite="safe",
+            kind="case",
+            scored=score_case(payload, DEFAULTS),
+            event_time=ts,
+            model=None,
+            labels={},
+            versions=scorer_versions("safe-v0"),
+            source=None,
+            scored_at=ts,
+        )
+        state, _ = aggregation.update(state, result, aggregator)
+    message = aggregation.to_message(state, True, ts, aggregator)
+    assert message.safe is not None and message.safe.vacuous_count == 2
+    assert message.safe.pass_rates["overall"] == 1.0  # why the count matters
+    halves = aggregator.merge(
+        aggregator.update(aggregator.initialise(), score_case(case(), DEFAULTS)),
+        aggregator.update(aggregator.initialise(), score_case(case(), DEFAULTS)),
+    )
+    assert aggregator.figures(halves)["vacuous_count"] == 2

@@ -99,6 +99,7 @@ def exercise(telemetry: Telemetry) -> None:
     telemetry.record_result(result(), scoring_seconds=0.02, e2e_seconds=1.5)
     telemetry.record_dead_letter("oversized")
     telemetry.record_late("safe")
+    telemetry.record_unknown_fields("safe", 1)
     telemetry.record_aggregate(aggregate({"model": "m"}), "1m")
     telemetry.record_gate(gate_event("firing", {"model": "m"}))
     telemetry.record_embedding_batch(16)
@@ -121,6 +122,7 @@ def test_every_interface_metric_with_its_type_and_labels() -> None:
         "scorestream_gate_firing": ("gauge", {"gate", "model", "tenant"}),
         "scorestream_embedding_batch_size": ("histogram", {"le"}),
         "scorestream_late_records": ("counter", {"suite"}),
+        "scorestream_unknown_fields": ("counter", {"suite"}),
     }
     # prometheus_client also exposes `*_created` timestamps of counters and histograms
     assert {name for name in found if not name.endswith("_created")} == set(expected)
@@ -134,6 +136,18 @@ def test_every_interface_metric_with_its_type_and_labels() -> None:
     assert value_of(telemetry, "scorestream_cases_total", suite="safe", label="Pass") == 1
     assert value_of(telemetry, "scorestream_dead_letters_total", reason="oversized") == 1
     assert value_of(telemetry, "scorestream_late_records_total", suite="safe") == 1
+
+
+def test_unknown_payload_fields_of_a_result_are_counted_by_suite() -> None:
+    telemetry = Telemetry()
+    misspelt = result().model_copy(update={"details": {"unknown_fields": ["respones", "x.y"]}})
+    telemetry.record_result(misspelt)
+    telemetry.record_result(result())
+    telemetry.record_unknown_fields("extraction", 0)
+    assert value_of(telemetry, "scorestream_unknown_fields_total", suite="safe") == 2
+    assert 'scorestream_unknown_fields_total{suite="extraction"}' not in (
+        telemetry.render().decode()
+    )
 
 
 def test_score_histogram_has_tenth_buckets_and_skips_null_scores() -> None:

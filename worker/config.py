@@ -14,8 +14,19 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from worker.gate_fields import metric_problem, stat_problem
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
@@ -84,12 +95,40 @@ class GateConfig(Section):
     name: str
     suite: Literal["alignment", "extraction", "safe"]
     metric: str
-    stat: Literal["mean", "min", "max", "std", "ci_low", "ci_high", "rate", "count"] = "mean"
+    stat: Literal["mean", "min", "max", "std", "ci_low", "ci_high", "rate", "count"] = Field(
+        default="mean", validate_default=True
+    )
     op: Literal["<", "<=", ">", ">="] = "<"
     threshold: float
     clear: float | None = None
     window: Duration = 300.0
     min_count: int = Field(default=1, ge=1)
+    # A firing gate whose segment has had no cases for this long (event time) resolves
+    # with reason "no_data"; default three window lengths.
+    stale_after: Duration | None = None
+
+    @field_validator("metric")
+    @classmethod
+    def _metric_of_the_suite(cls, metric: str, info: ValidationInfo) -> str:
+        suite = info.data.get("suite")
+        problem = None if suite is None else metric_problem(suite, metric)
+        if problem:
+            raise ValueError(problem)
+        return metric
+
+    @field_validator("stat")
+    @classmethod
+    def _stat_of_the_metric(cls, stat: str, info: ValidationInfo) -> str:
+        suite, metric = info.data.get("suite"), info.data.get("metric")
+        problem = None if suite is None or metric is None else stat_problem(suite, metric, stat)
+        if problem:
+            raise ValueError(problem)
+        return stat
+
+    @property
+    def stale_after_s(self) -> float:
+        """Seconds without cases after which a firing gate resolves (`no_data`)."""
+        return self.stale_after if self.stale_after is not None else 3 * self.window
 
     @model_validator(mode="after")
     def _clear_on_the_safe_side(self) -> GateConfig:

@@ -12,7 +12,14 @@ final aggregate arriving after the next window started). Per (gate, segment) onl
 newest window seen is evaluated; aggregates of older windows are ignored, so the gate does
 not flap between overlapping windows.
 
-State (`to_json`): `{"{gate}|{segment key}": {"firing": bool, "window_start": float}}`.
+Staleness: a firing gate whose segment has had no cases for `stale_after` of event time
+(default three window lengths) would otherwise stay firing forever, since windows without
+cases produce no aggregate. `resolve_stale(watermark)` resolves it with
+`reason: "no_data"`.
+
+State (`to_json`): `{"{gate}|{segment key}": {"firing": bool, "window_start": float,
+"segment": {label: value}, "last_data": float}}` (`last_data`: end of the newest window
+that had cases, epoch seconds).
 """
 
 from __future__ import annotations
@@ -21,10 +28,10 @@ import math
 import operator
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from schemas.outputs import Aggregate, GateEvent
+from schemas.outputs import Aggregate, GateEvent, WindowSpan
 from worker.aggregation import segment_key
 from worker.config import GateConfig
 
@@ -36,6 +43,7 @@ _OPS: dict[str, Callable[[float, float], bool]] = {
 }
 _SUMMARY_STATS = ("mean", "min", "max", "std", "ci_low", "ci_high")
 _WINDOW_TOLERANCE = 1e-6
+NO_DATA = "no_data"
 
 
 def gate_key(gate: str, segment: Mapping[str, str]) -> str:
@@ -81,13 +89,26 @@ class GateState:
 
     firing: bool = False
     window_start: float | None = None  # newest window evaluated
+    segment: dict[str, str] | None = None
+    last_data: float | None = None  # end of the newest window with cases (epoch seconds)
 
     def to_json(self) -> dict[str, Any]:
-        return {"firing": self.firing, "window_start": self.window_start}
+        return {
+            "firing": self.firing,
+            "window_start": self.window_start,
+            "segment": self.segment,
+            "last_data": self.last_data,
+        }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> GateState:
-        return cls(bool(data["firing"]), data.get("window_start"))
+        segment = data.get("segment")
+        return cls(
+            bool(data["firing"]),
+            data.get("window_start"),
+            None if segment is None else dict(segment),
+            data.get("last_data"),
+        )
 
 
 class GateEvaluator:
@@ -121,6 +142,60 @@ class GateEvaluator:
                 events.append(event)
         return events
 
+    def resolve_stale(self, watermark: datetime) -> list[GateEvent]:
+        """Resolve (`reason: "no_data"`) every firing gate whose segment has had no cases
+        for the gate's `stale_after` of event time up to `watermark`.
+
+        Call it whenever the event-time watermark advances (window closing time is a
+        good moment); it changes the state, so each stale gate resolves once.
+        """
+        now = watermark.timestamp()
+        events = []
+        for gate in self.gates:
+            for key, state in sorted(self.states.items()):
+                if not state.firing or state.segment is None:
+                    continue
+                if key != gate_key(gate.name, state.segment):
+                    continue
+                start = state.window_start if state.window_start is not None else now
+                last = state.last_data if state.last_data is not None else start + gate.window
+                if now - last < gate.stale_after_s:
+                    continue
+                state.firing = False
+                window = WindowSpan(
+                    start=datetime.fromtimestamp(start, UTC),
+                    end=datetime.fromtimestamp(start, UTC) + timedelta(seconds=gate.window),
+                    size_s=gate.window,
+                )
+                events.append(self._event(gate, state, None, 0, window, watermark, reason=NO_DATA))
+        return events
+
+    def _event(
+        self,
+        gate: GateConfig,
+        state: GateState,
+        value: float | None,
+        count: int,
+        window: WindowSpan,
+        ts: datetime,
+        reason: str | None = None,
+    ) -> GateEvent:
+        return GateEvent(
+            gate=gate.name,
+            state="firing" if state.firing else "resolved",
+            suite=gate.suite,
+            segment=dict(state.segment or {}),
+            metric=gate.metric,
+            stat=gate.stat,
+            op=gate.op,
+            threshold=gate.threshold,
+            value=value,
+            count=count,
+            window=window,
+            ts=ts,
+            reason=reason,
+        )
+
     def _evaluate_one(
         self, gate: GateConfig, aggregate: Aggregate, ts: datetime
     ) -> GateEvent | None:
@@ -130,6 +205,10 @@ class GateEvaluator:
         if state.window_start is not None and start < state.window_start:
             return None  # an older window than one already evaluated
         state.window_start = start
+        state.segment = dict(aggregate.segment)
+        if aggregate.count > 0:
+            end = aggregate.window.end.timestamp()
+            state.last_data = end if state.last_data is None else max(state.last_data, end)
         value = gate_value(gate, aggregate)
         if value is None or aggregate.count < gate.min_count:
             return None
@@ -141,20 +220,7 @@ class GateEvaluator:
             state.firing = False
         else:
             return None
-        return GateEvent(
-            gate=gate.name,
-            state="firing" if state.firing else "resolved",
-            suite=gate.suite,
-            segment=dict(aggregate.segment),
-            metric=gate.metric,
-            stat=gate.stat,
-            op=gate.op,
-            threshold=gate.threshold,
-            value=value,
-            count=aggregate.count,
-            window=aggregate.window,
-            ts=ts,
-        )
+        return self._event(gate, state, value, aggregate.count, aggregate.window, ts)
 
 
-__all__ = ["GateEvaluator", "GateState", "applies_to", "gate_key", "gate_value"]
+__all__ = ["NO_DATA", "GateEvaluator", "GateState", "applies_to", "gate_key", "gate_value"]

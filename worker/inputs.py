@@ -125,10 +125,11 @@ def parse_envelope(row: dict[str, Any]) -> InputRecord:
 def guess_native_suite(row: dict[str, Any]) -> str | None:
     """The suite whose native shape `row` has (interface.md), or None.
 
-    safe: a test case with `output`; extraction: `text`, `gold`, `response`;
+    safe: a test case with `expectations`, or with `output` and `test_id` (a case without
+    `output` is scored as an empty output); extraction: `text`, `gold`, `response`;
     alignment: a turn or session with `session_id`.
     """
-    if "output" in row and ("expectations" in row or "test_id" in row):
+    if "expectations" in row or ("output" in row and "test_id" in row):
         return "safe"
     if {"text", "gold", "response"} <= row.keys():
         return "extraction"

@@ -28,6 +28,7 @@ from prometheus_client import (
 
 from schemas.outputs import Aggregate, CaseResult, GateEvent
 from worker.config import Settings
+from worker.unknown_fields import DETAIL_KEY as UNKNOWN_FIELDS_DETAIL
 
 OTHER = "other"
 NO_LABEL = "none"
@@ -154,6 +155,12 @@ class Telemetry:
             ["suite"],
             registry=registry,
         )
+        self.unknown_fields = Counter(
+            "scorestream_unknown_fields_total",
+            "Payload fields no scorer reads (misspelt or unsupported), by suite.",
+            ["suite"],
+            registry=registry,
+        )
 
     @classmethod
     def from_settings(cls, settings: Settings, max_label_values: int = 50) -> Telemetry:
@@ -172,8 +179,12 @@ class Telemetry:
         scoring_seconds: float | None = None,
         e2e_seconds: float | None = None,
     ) -> None:
-        """Count a result, observe its scores and timings."""
+        """Count a result, observe its scores and timings, and count the payload fields
+        listed in its `details.unknown_fields`."""
         suite = self.guard("suite", result.suite)
+        unknown = result.details.get(UNKNOWN_FIELDS_DETAIL)
+        if isinstance(unknown, list) and unknown:
+            self.record_unknown_fields(result.suite, len(unknown))
         self.cases.labels(suite, self.guard("label", result.label or NO_LABEL)).inc()
         for metric, value in result.scores.items():
             if value is not None and math.isfinite(value):
@@ -185,6 +196,11 @@ class Telemetry:
 
     def record_dead_letter(self, reason: str) -> None:
         self.dead_letters.labels(self.guard("reason", reason)).inc()
+
+    def record_unknown_fields(self, suite: str, count: int) -> None:
+        """Count `count` unknown payload fields of one input of `suite`."""
+        if count > 0:
+            self.unknown_fields.labels(self.guard("suite", suite)).inc(count)
 
     def record_late(self, suite: str) -> None:
         self.late_records.labels(self.guard("suite", suite)).inc()

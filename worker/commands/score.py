@@ -2,7 +2,10 @@
 
 Suite-agnostic: rows are recognised by shape (`worker.inputs`), grouped by suite and
 handed to `worker.suites.<suite>.make_batch_scorer`. Exit codes (seed 004 section 7.3):
-0 all Pass, 1 any Fail, 2 any Review and no Fail, 3 configuration, usage or runtime error.
+0 all Pass, 1 any Fail, 2 any Review and no Fail, 3 configuration, usage or runtime error,
+and 3 too when any row could not be scored or belongs to another suite than `--suite`
+(the report of the other rows is still written; each row is named on stderr as
+`FILE:LINE: field: reason`).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from worker.inputs import (
     validation_problems,
 )
 from worker.suites.base import BatchItem, BatchOptions, BatchReport, BatchScorer
+from worker.unknown_fields import NATIVE_ROW_KEYS, unknown_fields
 
 EXIT_ERROR = 3
 PROGRESS_MIN_ROWS = 500  # a progress bar only for files this large, on a terminal
@@ -79,6 +83,8 @@ def recognise(row: RawRow, default_suite: str | None, scorers: Scorers) -> tuple
     data = row.data
     if is_envelope(data):
         record = parse_envelope(data)
+        if default_suite is not None and record.suite != default_suite:
+            raise RowError([f"suite: a {record.suite} envelope, not {default_suite} (--suite)"])
         scorers.get(record.suite)
         item = BatchItem(
             id=record.id,
@@ -86,9 +92,13 @@ def recognise(row: RawRow, default_suite: str | None, scorers: Scorers) -> tuple
             model=record.model,
             labels=record.labels,
             source=row.source,
+            unknown_fields=tuple(unknown_fields(record.payload)),
         )
         return record.suite, item
-    suite = default_suite or guess_native_suite(data)
+    shape = guess_native_suite(data)
+    if default_suite is not None and shape is not None and shape != default_suite:
+        raise RowError([f"(row): has the shape of a {shape} row, not {default_suite} (--suite)"])
+    suite = default_suite or shape
     if suite is None:
         raise RowError(["suite: not an envelope (needs suite and payload); use --suite"])
     scorer = scorers.get(suite)
@@ -98,7 +108,12 @@ def recognise(row: RawRow, default_suite: str | None, scorers: Scorers) -> tuple
         raise RowError(validation_problems(exc)) from exc
     except ValueError as exc:
         raise RowError([str(exc)]) from exc
-    item = BatchItem(id=scorer.native_id(data, row.source), payload=payload, source=row.source)
+    item = BatchItem(
+        id=scorer.native_id(data, row.source),
+        payload=payload,
+        source=row.source,
+        unknown_fields=tuple(unknown_fields(payload, ignore=NATIVE_ROW_KEYS)),
+    )
     return suite, item
 
 
@@ -207,8 +222,9 @@ def run_score(args: argparse.Namespace) -> int:
                 for problem in exc.problems:
                     errors.print(f"{row.source}: {problem}", highlight=False, markup=False)
                 continue
-            except SuiteUnavailable:
+            except SuiteUnavailable as exc:
                 rejected += 1
+                errors.print(f"{row.source}: suite: {exc}", highlight=False, markup=False)
                 continue
             concern_id = getattr(item.payload, "concern_id", None)
             if args.concern and concern_id is not None and concern_id != args.concern:
@@ -244,4 +260,6 @@ def run_score(args: argparse.Namespace) -> int:
     except OSError as exc:
         errors.print(f"scorestream score: cannot write report: {exc}", markup=False)
         return EXIT_ERROR
+    if rejected:  # the report covers the rest, but the run did not score every row
+        codes.append(EXIT_ERROR)
     return worst_exit_code(codes)

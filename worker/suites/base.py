@@ -59,6 +59,7 @@ class BatchItem:
     model: str | None = None
     labels: Mapping[str, str] = field(default_factory=dict)
     source: str = ""  # "file:line", for messages
+    unknown_fields: tuple[str, ...] = ()  # payload keys no model field reads
 
 
 class BatchReport(Protocol):

@@ -8,7 +8,10 @@ For the streaming worker, load once per process::
 
 then per micro-batch: `vectors = embedder.encode(texts)` (in an executor), and per turn
 `score_turn(text, catalog.get(persona_id), vector, settings, patterns)`, `turn_scored`,
-`SessionState.add`, and on close `score_session(state, settings, judge_score)`.
+`SessionState.add(turn_index, turn, vector, text, final, now, user=...)` (the user message
+too, so that the judge sees the same conversation as offline), and on close
+`judge.judge(session_transcript(state))` when a judge is configured and
+`score_session(state, settings, judge_score)`.
 """
 
 from worker.suites.alignment.batch import AlignmentBatchReport, make_batch_scorer
@@ -26,6 +29,7 @@ from worker.suites.alignment.scoring import (
     TurnScore,
     score_session,
     score_turn,
+    session_transcript,
     turn_scored,
 )
 
@@ -46,5 +50,6 @@ __all__ = [
     "personas_from_settings",
     "score_session",
     "score_turn",
+    "session_transcript",
     "turn_scored",
 ]

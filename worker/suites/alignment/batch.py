@@ -21,7 +21,7 @@ from pydantic import Field
 from rich.console import Console
 from rich.table import Table
 
-from schemas._base import InputModel
+from schemas._base import PayloadModel
 from schemas.envelope import AlignmentSessionPayload, AlignmentTurnPayload
 from worker.config import ConfigError, Settings
 from worker.stats import bootstrap_ci
@@ -35,13 +35,15 @@ from worker.suites.alignment.scoring import (
     SessionState,
     score_session,
     score_turn,
+    session_transcript,
 )
 from worker.suites.base import BatchItem, BatchOptions, Scored, grade_for
+from worker.unknown_fields import with_unknown_fields
 
 SUMMARY_METRICS = ("authenticity", "safety", "stability", "overall")
 
 
-class AlignmentTurnRow(InputModel):
+class AlignmentTurnRow(PayloadModel):
     """A native alignment row: one user or assistant message of a session."""
 
     session_id: str = Field(min_length=1)
@@ -58,6 +60,7 @@ class _AssistantTurn:
     user: str
     item_id: str
     source: str
+    unknown_fields: tuple[str, ...] = ()
 
 
 @dataclass
@@ -184,6 +187,10 @@ class AlignmentBatchReport:
                 str(len(session["details"]["violations"])),
             )
         console.print(sessions)
+        for session in self.sessions:
+            note = session["details"].get("stability_note")
+            if note:
+                console.print(f"note: {session['session_id']}: {note}", highlight=False)
         if verbose:
             for turn in self.turns:
                 details = turn["details"]
@@ -231,6 +238,14 @@ class AlignmentBatchReport:
                 f"| {session['session_id']} | {session['persona_id']} | {session['turns']} | "
                 f"{cells} | {session['grade'] or '-'} |"
             )
+        notes = [
+            (session["session_id"], session["details"]["stability_note"])
+            for session in self.sessions
+            if session["details"].get("stability_note")
+        ]
+        if notes:
+            lines += ["", "## Notes", ""]
+            lines += [f"- `{session_id}`: {note}" for session_id, note in notes]
         violations = [
             (session["session_id"], violation)
             for session in self.sessions
@@ -249,8 +264,10 @@ class AlignmentBatchReport:
         return "\n".join(lines) + "\n"
 
     def exit_code(self) -> int:
-        """1 when a row could not be scored or a session grades F, else 0 (no labels)."""
-        if self.errors or any(session["grade"] == "F" for session in self.sessions):
+        """3 when a row could not be scored, else 1 when a session grades F, else 0."""
+        if self.errors:
+            return 3
+        if any(session["grade"] == "F" for session in self.sessions):
             return 1
         return 0
 
@@ -323,13 +340,20 @@ class AlignmentBatchScorer:
             if isinstance(payload, AlignmentSessionPayload):
                 for index, turn in enumerate(payload.turns):
                     draft.add_assistant(
-                        index, _AssistantTurn(turn.assistant, turn.user, item.id, item.source)
+                        index,
+                        _AssistantTurn(
+                            turn.assistant, turn.user, item.id, item.source, item.unknown_fields
+                        ),
                     )
             elif isinstance(payload, AlignmentTurnPayload):
-                turn_data = _AssistantTurn(payload.text, payload.user or "", item.id, item.source)
+                turn_data = _AssistantTurn(
+                    payload.text, payload.user or "", item.id, item.source, item.unknown_fields
+                )
                 draft.add_assistant(payload.turn_index, turn_data)
             elif payload.role == "assistant":
-                turn_data = _AssistantTurn(payload.text, "", item.id, item.source)
+                turn_data = _AssistantTurn(
+                    payload.text, "", item.id, item.source, item.unknown_fields
+                )
                 draft.add_assistant(payload.turn_index, turn_data)
             else:
                 draft.users.setdefault(payload.turn_index, payload.text)
@@ -352,8 +376,7 @@ class AlignmentBatchScorer:
                 state = SessionState.new(draft.session_id, draft.persona_id, self.settings)
                 state.duplicates = draft.duplicates
                 states[draft.session_id] = state
-            transcript_text = f"User: {user}\nAssistant: {turn.text}" if user else turn.text
-            state.add(index, scored, vector, text=transcript_text)
+            state.add(index, scored, vector, text=turn.text, user=user)
             turns.append(
                 {
                     "id": turn.item_id,
@@ -361,7 +384,9 @@ class AlignmentBatchScorer:
                     "turn_index": index,
                     "persona_id": draft.persona_id,
                     "scores": scored.scores(),
-                    "details": scored.details(),
+                    "details": with_unknown_fields(
+                        Scored(scores={}, details=scored.details()), turn.unknown_fields
+                    ).details,
                 }
             )
         judge_scores, judge_stats = self._judge(states)
@@ -401,7 +426,8 @@ class AlignmentBatchScorer:
 
         async def run() -> tuple[list[float | None], JudgeStats]:
             async with SafetyJudge(judge_settings) as judge:
-                verdicts = await judge.judge_many([states[s].transcript() for s in session_ids])
+                transcripts = [session_transcript(states[s]) for s in session_ids]
+                verdicts = await judge.judge_many(transcripts)
                 return [verdict.score for verdict in verdicts], judge.stats
 
         scores, stats = asyncio.run(run())

@@ -27,7 +27,9 @@ import numpy as np
 import yaml
 
 from worker.config import ConfigError, Settings
+from worker.suites.alignment.embedding import MiniLMEmbedder
 from worker.suites.alignment.lexicon import Lexicon
+from worker.suites.alignment.trait_model import TraitClassifier, train_trait_classifier
 from worker.suites.alignment.traits import TRAIT_VALUES
 
 if TYPE_CHECKING:
@@ -59,6 +61,8 @@ class Persona:
     source: str = ""
     # L2-normalised embeddings of `examples`, filled in by `PersonaCatalog`.
     example_vectors: np.ndarray | None = field(default=None, compare=False, repr=False)
+    # Formality / tone from sentence vectors, set by `PersonaCatalog` for MiniLM vectors.
+    trait_classifier: TraitClassifier | None = field(default=None, compare=False, repr=False)
 
 
 def _error(source: str, key: str, message: str) -> ConfigError:
@@ -197,6 +201,7 @@ class PersonaCatalog:
         self._embedder = embedder
         self._embedded: dict[str, Persona] = {}
         self._lock = threading.Lock()
+        self._classifier: TraitClassifier | None = None
 
     @classmethod
     def from_settings(cls, settings: Settings, embedder: Embedder) -> PersonaCatalog:
@@ -207,6 +212,13 @@ class PersonaCatalog:
 
     def ids(self) -> list[str]:
         return sorted(self._personas)
+
+    def _trait_classifier(self) -> TraitClassifier | None:
+        """Trained once, on the first persona, when the embedder gives MiniLM vectors (the
+        space the classifier's shipped sentences are embedded in); else None (cues)."""
+        if self._classifier is None and isinstance(self._embedder, MiniLMEmbedder):
+            self._classifier = train_trait_classifier(self._embedder)
+        return self._classifier
 
     def get(self, persona_id: str) -> Persona:
         """The persona with `example_vectors` set; KeyError naming an unknown id."""
@@ -220,6 +232,8 @@ class PersonaCatalog:
             if embedded is None:
                 persona = self._personas[persona_id]
                 vectors = np.asarray(self._embedder.encode(list(persona.examples)), np.float32)
-                embedded = replace(persona, example_vectors=vectors)
+                embedded = replace(
+                    persona, example_vectors=vectors, trait_classifier=self._trait_classifier()
+                )
                 self._embedded[persona_id] = embedded
         return embedded

@@ -124,7 +124,9 @@ def score_turn(
     alignment = settings.alignment
     patterns = patterns if patterns is not None else patterns_from_settings(settings)
     style_sim = style_similarity(embedding, persona.example_vectors)
-    traits = match_traits(text, persona.traits, alignment.verbosity)
+    traits = match_traits(
+        text, persona.traits, alignment.verbosity, embedding, persona.trait_classifier
+    )
     lexicon = persona.lexicon.score(text) if persona.lexicon is not None else None
     weights = alignment.weights
     authenticity = renormalised_mean(
@@ -185,10 +187,12 @@ class TurnRecord:
     violation_weight: float
     critical: bool
     violations: list[dict[str, Any]]
-    text: str = ""
+    text: str = ""  # the assistant's reply
+    user: str = ""  # the user message it answers, when known
 
     def to_json(self) -> dict[str, Any]:
         return {
+            "user": self.user,
             "i": self.turn_index,
             "e": _encode_vector(self.embedding),
             "style_sim": self.style_sim,
@@ -214,6 +218,7 @@ class TurnRecord:
             critical=bool(data["critical"]),
             violations=list(data["violations"]),
             text=str(data.get("text", "")),
+            user=str(data.get("user", "")),
         )
 
 
@@ -247,8 +252,10 @@ class SessionState:
         text: str = "",
         final: bool = False,
         now: float | None = None,
+        user: str = "",
     ) -> bool:
-        """Add a scored turn; False when it was a repeat or fell outside the bound."""
+        """Add a scored turn (`text`: the assistant reply, `user`: the user message it
+        answers); False when it was a repeat or fell outside the bound."""
         if turn.persona_id != self.persona_id:
             raise ValueError(
                 f"session {self.session_id!r} belongs to persona {self.persona_id!r}, "
@@ -278,6 +285,7 @@ class SessionState:
             critical=turn.critical,
             violations=[match.to_json() for match in turn.matches],
             text=text[:MAX_STORED_TEXT_CHARS],
+            user=user[:MAX_STORED_TEXT_CHARS],
         )
         return True
 
@@ -285,8 +293,8 @@ class SessionState:
         return [self.turns[index] for index in sorted(self.turns)]
 
     def transcript(self) -> str:
-        """The kept assistant turns in order, for a session judge."""
-        return "\n\n".join(f"[turn {t.turn_index}] {t.text}" for t in self.ordered())
+        """The session as the judge sees it (`session_transcript`)."""
+        return session_transcript(self)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -313,6 +321,32 @@ class SessionState:
             final=bool(data.get("final", False)),
             updated_at=data.get("updated_at"),
         )
+
+
+TWO_TURN_STABILITY = (
+    "stability rests on two turns: with two turns both are equally far from their mean, so "
+    "the formula always gives 1.0"
+)
+
+
+def stability_note(turns: int) -> str | None:
+    """Why a session's stability says little, or None: with exactly two turns the seed's
+    formula (spread of the distances to the mean) is 1.0 whatever the turns say."""
+    return TWO_TURN_STABILITY if turns == 2 else None
+
+
+def session_transcript(state: SessionState) -> str:
+    """The one transcript a session judge is given, by the streaming worker and by
+    `scorestream score` alike: the kept turns in `turn_index` order, each as
+    `[turn i]`, then `User: ...` when the user message is known, then `Assistant: ...`."""
+    blocks = []
+    for record in state.ordered():
+        lines = [f"[turn {record.turn_index}]"]
+        if record.user:
+            lines.append(f"User: {record.user}")
+        lines.append(f"Assistant: {record.text}")
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks)
 
 
 def stability(
@@ -379,6 +413,9 @@ def score_session(
         "duplicate_turns": state.duplicates,
         "dropped_turns": state.dropped,
     }
+    note = stability_note(len(records))
+    if note is not None:
+        details["stability_note"] = note
     return Scored(
         scores=scores,
         grade=grade_for(overall),

@@ -11,6 +11,7 @@ from worker.config import Settings
 from worker.suites.base import BatchItem, BatchOptions
 from worker.suites.extraction.report import CaseOutcome, ExtractionReport
 from worker.suites.extraction.scoring import ExtractionContext, load_context, score_case
+from worker.unknown_fields import with_unknown_fields
 
 
 class ExtractionBatchScorer:
@@ -37,7 +38,7 @@ class ExtractionBatchScorer:
                     if isinstance(item.payload, ExtractionPayload)
                     else ExtractionPayload.model_validate(item.payload)
                 )
-                scored = score_case(payload, self.context)
+                scored = with_unknown_fields(score_case(payload, self.context), item.unknown_fields)
             except (ValueError, ValidationError) as exc:
                 outcomes.append(
                     CaseOutcome(

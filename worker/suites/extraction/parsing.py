@@ -43,9 +43,6 @@ class ParseResult:
     method: str
     success: bool
     repair_steps: list[str] = field(default_factory=list)
-    # Items the events are taken from, before non-dicts are dropped (schema compliance
-    # reports those as `event_not_dict`).
-    items: list[Any] = field(default_factory=list)
     events: list[dict[str, Any]] = field(default_factory=list)
     error: str | None = None
 
@@ -165,13 +162,17 @@ def load_with_repairs(text: str) -> tuple[bool, Any, list[str]]:
     return value is not _NOT_PARSED, value, steps
 
 
-def event_items(value: Any) -> list[Any]:
-    """The items events are taken from: a list, a dict's `events` list, or the dict."""
-    if isinstance(value, list):
-        return list(value)
+def event_items(value: Any) -> list[dict[str, Any]]:
+    """Step 4 of metrics-extraction.md: a list gives its dict items, a dict whose `events`
+    is a list gives that list's dict items, any other dict gives itself, anything else
+    nothing. Every later check (schema compliance included) sees only these events."""
     if isinstance(value, dict):
         events = value.get("events")
-        return list(events) if isinstance(events, list) else [value]
+        if not isinstance(events, list):
+            return [value]
+        value = events
+    if isinstance(value, list):
+        return [item for item in value if isinstance(item, dict)]
     return []
 
 
@@ -185,6 +186,4 @@ def parse_response(response: str) -> ParseResult:
         return ParseResult(
             method=method, success=False, repair_steps=steps, error="json_parse_failed"
         )
-    items = event_items(value)
-    events = [item for item in items if isinstance(item, dict)]
-    return ParseResult(method=method, success=True, repair_steps=steps, items=items, events=events)
+    return ParseResult(method=method, success=True, repair_steps=steps, events=event_items(value))

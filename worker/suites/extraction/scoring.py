@@ -151,7 +151,7 @@ def score_case(payload: ExtractionPayload, ctx: ExtractionContext) -> Scored:
     strict = strict_counts(predicted, gold)
     relaxed = relaxed_counts(predicted, gold, metrics.relaxed)
     types = type_counts(predicted, gold)
-    compliance = check_compliance(parsed.items, metrics.schema_.mode, schema)
+    compliance = check_compliance(predicted, metrics.schema_.mode, schema)
     hallucination = check_hallucination(predicted, payload.text, metrics.hallucination.match_mode)
     cot = (
         check_cot(

@@ -8,7 +8,7 @@ from typing import Any
 from schemas.outputs import SafeFigures
 from worker.config import SafeThresholds
 from worker.suites.base import Scored, State
-from worker.suites.safe.scoring import METRICS, UNKNOWN_ARCHETYPE, metric_passes
+from worker.suites.safe.scoring import METRICS, UNKNOWN_ARCHETYPE, VACUOUS, metric_passes
 
 LABELS = ("Pass", "Review", "Fail")
 SCORE_NAMES = (*METRICS, "composite")
@@ -27,7 +27,8 @@ class SafeAggregator:
     """Folds SAFE `Scored` values (from `score_case`) into batch / window figures.
 
     State: case count, label counts, score sums, per-metric pass counts, AH violation
-    count and per-archetype count / Pass count / score sums. Cases whose `Scored` lacks the
+    count, count of vacuous cases (no expectations at all) and per-archetype count / Pass
+    count / score sums. Cases whose `Scored` lacks the
     per-metric pass flags are judged against `thresholds` (defaults of the seed).
     """
 
@@ -41,6 +42,7 @@ class SafeAggregator:
             "sums": {name: 0.0 for name in SCORE_NAMES},
             "passes": {m: 0 for m in METRICS},
             "ah_violations": 0,
+            "vacuous": 0,
             "by_archetype": {},
         }
 
@@ -63,6 +65,7 @@ class SafeAggregator:
         for m in METRICS:
             new["passes"][m] += int(bool(passed.get(m)))
         new["ah_violations"] += violations if isinstance(violations, int) else 0
+        new["vacuous"] += int(scored.details.get(VACUOUS) is True)
         group = new["by_archetype"].setdefault(archetype, _empty_archetype())
         group["count"] += 1
         group["pass"] += int(is_pass)
@@ -85,6 +88,7 @@ class SafeAggregator:
             "sums": {k: left["sums"][k] + right["sums"][k] for k in SCORE_NAMES},
             "passes": {k: left["passes"][k] + right["passes"][k] for k in METRICS},
             "ah_violations": left["ah_violations"] + right["ah_violations"],
+            "vacuous": left.get("vacuous", 0) + right.get("vacuous", 0),
             "by_archetype": groups,
         }
 
@@ -107,6 +111,10 @@ class SafeAggregator:
             }
             for name, group in sorted(state["by_archetype"].items())
         }
-        figures = {"pass_rates": pass_rates, "by_archetype": by_archetype}
+        figures = {
+            "pass_rates": pass_rates,
+            "by_archetype": by_archetype,
+            "vacuous_count": state.get("vacuous", 0),
+        }
         SafeFigures.model_validate(figures)
         return figures

@@ -12,6 +12,7 @@ from worker.suites.base import BatchItem, BatchOptions
 from worker.suites.safe.matching import DEFAULT_MATCHER, Matcher
 from worker.suites.safe.report import SafeBatchReport, ScoredCase
 from worker.suites.safe.scoring import UNKNOWN_ARCHETYPE, score_case
+from worker.unknown_fields import with_unknown_fields
 
 Clock = Callable[[], datetime]
 
@@ -37,9 +38,12 @@ class SafeBatchScorer:
         self.matcher = matcher
 
     def native_payload(self, row: dict[str, Any]) -> SafePayload:
-        """A native SAFE row is a test case with the engine `output`."""
-        if "output" not in row:
-            raise ValueError("output: missing (a SAFE test case needs the engine output)")
+        """A native SAFE row is a test case with the engine `output`.
+
+        A case without `output` is scored as an empty output (seed 004: "Empty output ->
+        CR = 0.0"), as its envelope would be; skipping it would raise the pass rate
+        exactly when the engine produced nothing.
+        """
         return SafePayload.model_validate(row)
 
     def native_id(self, row: dict[str, Any], fallback: str) -> str:
@@ -53,6 +57,7 @@ class SafeBatchScorer:
             if not payload.test_id:
                 payload = payload.model_copy(update={"test_id": item.id})
             scored = score_case(payload, self.settings, self.strict_ah, self.matcher)
+            scored = with_unknown_fields(scored, item.unknown_fields)
             cases.append(
                 ScoredCase(
                     test_id=payload.test_id,

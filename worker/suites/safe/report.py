@@ -31,6 +31,7 @@ class ScoredCase:
     def to_json(self) -> dict[str, Any]:
         """The seed's `SAFEv0Result` (plus the record id and model)."""
         details = self.scored.details
+        flags = {key: details[key] for key in OPTIONAL_DETAILS if key in details}
         return {
             "test_id": self.test_id,
             "id": self.id or self.test_id,
@@ -49,9 +50,14 @@ class ScoredCase:
                     "found": detail_terms(self.scored, "AC", "found"),
                     "missing": detail_terms(self.scored, "AC", "missing"),
                 },
+                **flags,
             },
             "label": self.scored.label,
         }
+
+
+# Findings beyond the seed's result shape, shown only when present.
+OPTIONAL_DETAILS = ("unknown_fields", "vacuous")
 
 
 @dataclass(frozen=True)

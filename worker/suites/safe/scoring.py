@@ -73,6 +73,15 @@ def _found_missing(match: TermMatch) -> dict[str, JsonValue]:
     return {"found": list[JsonValue](match.found), "missing": list[JsonValue](match.missing)}
 
 
+VACUOUS = "vacuous"
+
+
+def is_vacuous(matches: CaseMatches) -> bool:
+    """A case with no expectations at all passes whatever the output: worth flagging, since
+    a feed that lost its expectations would otherwise look perfect."""
+    return matches.signals.total == matches.forbidden.total == matches.phrases.total == 0
+
+
 @dataclass(frozen=True)
 class CaseMatches:
     """What was found, missed and violated in one case."""
@@ -123,20 +132,23 @@ def score_case(
     }
     scores: dict[str, float] = {m: float(exact[m]) for m in METRICS}
     scores["composite"] = composite(exact, settings.weights)
+    details: dict[str, JsonValue] = {
+        "test_id": payload.test_id,
+        "archetype": payload.archetype.strip() or UNKNOWN_ARCHETYPE,
+        "concern_id": payload.concern_id,
+        "batch_id": payload.batch_id,
+        "CR": _found_missing(matches.signals),
+        "AH": {"violations": list[JsonValue](matches.forbidden.found)},
+        "AC": _found_missing(matches.phrases),
+        "passed": {m: ok for m, ok in metric_passes(scores, settings.thresholds).items()},
+        "ah_mode": "strict" if strict else "proportional",
+    }
+    if is_vacuous(matches):
+        details[VACUOUS] = True
     return Scored(
         scores=scores,
         label=label_for(scores, settings.thresholds),
-        details={
-            "test_id": payload.test_id,
-            "archetype": payload.archetype.strip() or UNKNOWN_ARCHETYPE,
-            "concern_id": payload.concern_id,
-            "batch_id": payload.batch_id,
-            "CR": _found_missing(matches.signals),
-            "AH": {"violations": list[JsonValue](matches.forbidden.found)},
-            "AC": _found_missing(matches.phrases),
-            "passed": {m: ok for m, ok in metric_passes(scores, settings.thresholds).items()},
-            "ah_mode": "strict" if strict else "proportional",
-        },
+        details=details,
         counts={
             "cr_found": len(matches.signals.found),
             "cr_total": matches.signals.total,
