@@ -165,14 +165,13 @@ async def test_a_second_worker_joining_mid_stream_turns_nothing_late(
     async with TopicReader(broker.bootstrap, topics.results, topics.aggregates) as reader:
         try:
             first.start().wait_ready()
-            for second_index, start in enumerate(range(0, len(cases), 20)):
-                await produce(
-                    broker.bootstrap, topics.input, as_lines(live(cases[start : start + 20]))
-                )
-                if second_index == 3:
+            for index, start in enumerate(range(0, len(cases), 20)):
+                if index == 4:  # a third of the stream in: the second worker joins
                     second.start()
+                    await asyncio.to_thread(second.wait_ready)
+                chunk = cases[start : start + 20]
+                await produce(broker.bootstrap, topics.input, as_lines(live(chunk)))
                 await asyncio.sleep(1.0)
-            second.wait_ready()
             await wait_counted(reader, topics, len(cases), timeout=120)
             late = [
                 scraped(w.metrics_url(), "scorestream_late_records_total") for w in (first, second)

@@ -18,6 +18,7 @@ from schemas.outputs import CaseResult
 from worker import intake
 from worker.eventtime import Marker, PartitionClock
 from worker.stream.context import StreamContext, source_position
+from worker.unknown_fields import unknown_fields, with_unknown_fields
 
 log = logging.getLogger("scorestream")
 
@@ -79,6 +80,7 @@ class ScoreStage:
                 scored = engines.score_extraction(record.payload)
             else:  # pragma: no cover - the discriminated union has three members
                 raise intake.Rejected(intake.UNKNOWN_SUITE, f"unknown suite {record.suite!r}")
+            scored = with_unknown_fields(scored, unknown_fields(record.payload))
             elapsed = time.perf_counter() - started
         except intake.Rejected as rejected:
             await self._dead_letter(event, rejected.reason, rejected.message, source)

@@ -30,8 +30,9 @@ from worker.stream.context import StreamContext, event_context
 from worker.stream.publish import marker_of
 from worker.stream.scoring import INPUT_GROUP, observe
 from worker.suites.alignment.judge import SafetyJudge
-from worker.suites.alignment.scoring import SessionState, turn_scored
+from worker.suites.alignment.scoring import SessionState, session_transcript, turn_scored
 from worker.suites.base import Scored
+from worker.unknown_fields import unknown_fields, with_unknown_fields
 
 log = logging.getLogger("scorestream")
 
@@ -198,12 +199,15 @@ class SessionStage:
         engines = self.context.engines
         record = context.record
         state = engines.new_session(payload.session_id, payload.persona_id)
+        unknown = unknown_fields(payload)
         for index, (turn, vector) in enumerate(zip(payload.turns, vectors, strict=True)):
             started = time.perf_counter()
             scored_turn = engines.score_turn((payload.persona_id, turn.assistant), vector)
-            state.add(index, scored_turn, vector, turn.assistant, now=self.context.clock())
+            now = self.context.clock()
+            state.add(index, scored_turn, vector, turn.assistant, now=now, user=turn.user)
             elapsed = time.perf_counter() - started
-            await self._emit_turn(context, f"{record.id}#{index}", scored_turn, elapsed)
+            turn_id = f"{record.id}#{index}"
+            await self._emit_turn(context, turn_id, scored_turn, elapsed, unknown)
         await self.close_session(state, context.event_time, record.model, record.labels)
 
     async def _apply_turn(
@@ -232,14 +236,17 @@ class SessionStage:
         started = time.perf_counter()
         scored_turn = engines.score_turn(payload, vector)
         elapsed = time.perf_counter() - started
-        await self._emit_turn(context, context.record.id, scored_turn, elapsed)
+        unknown = unknown_fields(payload)
+        await self._emit_turn(context, context.record.id, scored_turn, elapsed, unknown)
+        now = self.context.clock()
         state.add(
             payload.turn_index,
             scored_turn,
             vector,
             payload.text,
             payload.final,
-            self.context.clock(),
+            now,
+            user=payload.user or "",
         )
         meta = _session_meta(stored, context.record, context.event_time)
         if payload.final:
@@ -261,13 +268,18 @@ class SessionStage:
         }
 
     async def _emit_turn(
-        self, context: TurnContext, turn_id: str, turn: Any, elapsed: float
+        self,
+        context: TurnContext,
+        turn_id: str,
+        turn: Any,
+        elapsed: float,
+        unknown: list[str] | None = None,
     ) -> None:
         result = intake.build_result(
             case_id=turn_id,
             suite="alignment",
             kind="turn",
-            scored=turn_scored(turn),
+            scored=with_unknown_fields(turn_scored(turn), unknown or []),
             event_time=context.event_time,
             model=context.record.model,
             labels=context.record.labels,
@@ -310,7 +322,7 @@ class SessionStage:
         engines = self.context.engines
         if self.judge is None:
             return engines.score_session(state)
-        verdict = await self.judge.judge(state.transcript())
+        verdict = await self.judge.judge(session_transcript(state))
         scored = engines.score_session(state, verdict.score)
         judged: dict[str, JsonValue] = {
             "score": verdict.score,

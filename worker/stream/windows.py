@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, MutableMapping
+from datetime import UTC, datetime
 from typing import Any
 
 import orjson
@@ -67,11 +68,13 @@ class WindowStage:
             channel_groups={INPUT_GROUP: 0, SESSION_GROUP: settings.stream.partitions},
         )
         self.last_interim: dict[int, float] = {}
+        self.last_watermark: dict[int, float] = {}
         self.gauges: dict[str, tuple[str, dict[str, str]]] = {}  # gate key -> (gate, segment)
 
     def forget(self) -> None:
         self.store.forget()
         self.last_interim.clear()
+        self.last_watermark.clear()
 
     async def agent(self, stream: StreamT) -> None:
         async for event in stream.events():
@@ -90,9 +93,14 @@ class WindowStage:
             self.context.telemetry.record_late(result.suite)
 
     async def on_marker(self, partition: int, marker: Marker) -> None:
-        """Close what the watermark passed; now and then publish what changed."""
+        """Close what the watermark passed; resolve gates gone quiet; now and then publish
+        what changed."""
         for emission in self.store.advance(partition, marker):
             await self._emit(emission, partition)
+        watermark = self.store.watermark(partition).value()
+        if watermark is not None and watermark != self.last_watermark.get(partition):
+            self.last_watermark[partition] = watermark
+            await self._resolve_stale_gates(partition, watermark)
         now = self.context.clock()
         if now - self.last_interim.get(partition, 0.0) >= self.settings.aggregate_emit_interval:
             self.last_interim[partition] = now
@@ -141,6 +149,26 @@ class WindowStage:
             }
             if value != stored:
                 self.gates[key] = value
+
+    async def _resolve_stale_gates(self, partition: int, watermark: float) -> None:
+        """Resolve, with `reason: "no_data"`, the firing gates of this partition whose
+        segment had no cases for the gate's `stale_after` of event time."""
+        configs = {gate.name: gate for gate in self.settings.gates}
+        moment = datetime.fromtimestamp(watermark, UTC)
+        for key, stored in list(self.gates.items()):
+            if not isinstance(stored, Mapping) or stored.get("partition") != partition:
+                continue
+            gate = configs.get(str(stored.get("gate")))
+            if gate is None or not stored.get("firing"):
+                continue
+            evaluator = GateEvaluator([gate], {key: stored})
+            for gate_event in evaluator.resolve_stale(moment):
+                await self.publisher.gate_event(key, gate_event)
+                self.context.telemetry.record_gate(gate_event)
+                log.info("gate %s resolved for %s: no data", gate.name, gate_event.segment)
+            state = evaluator.to_json().get(key)
+            if state is not None:
+                self.gates[key] = {**stored, **state}
 
     def restore_gauges(self, partitions: set[int]) -> None:
         """Make `scorestream_gate_firing` match the gate table for the partitions this
