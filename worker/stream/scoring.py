@@ -141,7 +141,7 @@ class ScoreStage:
         not sent for `marker_heartbeat`), after letting idle ones follow the wall clock."""
         consumer = self.app.consumer
         topic = self.settings.topics.input
-        count = consumer.topic_partitions(topic)
+        count = consumer.topic_partitions(topic) or self._partition_count(topic)
         if not count:
             return
         now = self.context.clock()
@@ -166,6 +166,17 @@ class ScoreStage:
             await self.publisher.marker(topics.turns, marker)
             await self.publisher.marker(topics.aggregate_input, marker)
             self.sent[tp.partition] = (clock.progress, now)
+
+    def _partition_count(self, topic: str) -> int | None:
+        """Partitions of `topic` from the consumer's cluster metadata (Faust's own answer
+        is None on a worker that joined a group whose assignment it did not compute)."""
+        try:
+            client = self.app.consumer._thread._ensure_consumer()._client  # type: ignore[attr-defined]
+            partitions = client.cluster.partitions_for_topic(topic)
+        except Exception:
+            log.debug("no metadata for %s yet", topic, exc_info=True)
+            return None
+        return len(partitions) if partitions else None
 
     async def _position(self, tp: TP) -> int | None:
         """The next offset to read from `tp` (None when the broker did not say)."""
