@@ -1,0 +1,48 @@
+"""`scorestream --version`, JSON log lines, and the lag arithmetic."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+
+from worker.lag import partition_lags
+from worker.logs import JsonFormatter
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_version_prints_the_package_version() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "worker", "--version"],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=REPO,
+    )
+    assert done.returncode == 0
+    assert done.stdout.strip() == "scorestream 0.1.0"
+
+
+def test_json_log_lines_carry_level_logger_message_and_traceback() -> None:
+    formatter = JsonFormatter()
+    record = logging.LogRecord("scorestream", logging.WARNING, __file__, 1, "x=%s", (3,), None)
+    entry = orjson.loads(formatter.format(record))
+    assert entry["level"] == "warning" and entry["logger"] == "scorestream"
+    assert entry["message"] == "x=3" and entry["ts"].endswith("+00:00")
+    try:
+        raise ValueError("boom")
+    except ValueError:
+        failed = logging.LogRecord(
+            "scorestream", logging.ERROR, __file__, 1, "failed", (), sys.exc_info()
+        )
+    entry = orjson.loads(formatter.format(failed))
+    assert "ValueError: boom" in entry["exc_info"]
+
+
+def test_partition_lag_is_end_minus_next_offset_never_negative() -> None:
+    lags = partition_lags({0: 100, 1: 50, 2: 7}, {0: 90, 1: None, 2: 9})
+    assert lags == {0: 10, 1: 50, 2: 0}
