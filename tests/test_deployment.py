@@ -5,9 +5,12 @@ structure of the Prometheus Operator resources, which those schemas do not cover
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
+import sys
+import time
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -16,6 +19,7 @@ import pytest
 import yaml
 from packaging.requirements import Requirement
 
+from worker.broker import EmbeddedBroker
 from worker.config import load_settings
 
 REPO = Path(__file__).resolve().parent.parent
@@ -148,3 +152,41 @@ def test_prometheus_rule_is_generated_from_the_alert_rules_file() -> None:
     assert rule["spec"]["groups"] == alerts["groups"], (
         "run `python deploy/k8s/render_rules.py` after editing alerts.yml"
     )
+
+
+@pytest.mark.integration
+def test_the_readme_worker_command_starts_outside_the_container(broker: EmbeddedBroker) -> None:
+    """`scorestream worker --config deploy/config.local.yaml` from the repository root
+    (here against the test's broker and a free metrics port)."""
+    env = {
+        **os.environ,
+        "SCORESTREAM_BROKER": broker.url,
+        "SCORESTREAM_METRICS_PORT": "0",
+        "SCORESTREAM_STREAM__SESSION_TIMEOUT": "6",
+        "SCORESTREAM_STREAM__REBALANCE_TIMEOUT": "6",
+        "SCORESTREAM_STREAM__HEARTBEAT_INTERVAL": "1",
+        "PYTHONPATH": str(REPO),
+    }
+    process = subprocess.Popen(
+        [sys.executable, "-m", "worker", "worker", "--config", "deploy/config.local.yaml"],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    output: list[str] = []
+    try:
+        deadline = time.monotonic() + 120
+        assert process.stdout is not None
+        while time.monotonic() < deadline:
+            line = process.stdout.readline()
+            if not line:
+                break
+            output.append(line)
+            if "scorestream worker ready" in line:
+                break
+        assert any("scorestream worker ready" in line for line in output), "".join(output[-40:])
+    finally:
+        process.terminate()
+        process.wait(30)
