@@ -282,7 +282,10 @@ class Telemetry:
 
     def readiness(self) -> dict[str, Any]:
         """What `/readyz` reports: `ready` and the state of each check."""
-        started = bool(self._readiness()) if self._readiness is not None else False
+        try:
+            started = bool(self._readiness()) if self._readiness is not None else False
+        except Exception:  # a failing check means not ready, never an HTTP 500
+            started = False
         broker = {None: "unknown", True: "connected", False: "disconnected"}[self._connected]
         return {
             "ready": started and self._connected is not False,

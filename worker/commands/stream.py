@@ -89,7 +89,16 @@ def run_worker(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         raise UsageError(str(exc)) from None
     scorer.engines.warm_up()
-    scorer.telemetry.set_readiness(scorer.ready.is_set)
+    app = scorer.app
+    # Ready: started once (partitions assigned, tables recovered) and not rebalancing or
+    # recovering a table now; /readyz also needs the broker to answer (the lag monitor).
+    scorer.telemetry.set_readiness(
+        lambda: (
+            scorer.ready.is_set()
+            and not getattr(app, "rebalancing", False)
+            and not getattr(app, "in_recovery", False)
+        )
+    )
     install_lag_monitor(scorer.app, scorer.telemetry, settings.topics.input, settings)
     _server, port = scorer.telemetry.serve(settings.metrics_port)
     print(f"scorestream worker: metrics on http://127.0.0.1:{port}/metrics", file=sys.stderr)
