@@ -1,15 +1,20 @@
 """`/healthz`, `/readyz`, the consumer-lag gauge and build info of the metrics server,
-over real HTTP."""
+over real HTTP; and a real worker's `/readyz` when its broker goes away and comes back."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 
 import orjson
 import pytest
 
+from tests.streamkit import WorkerProcess, make_config, provision, settings_of, write_config
+from worker.broker import EmbeddedBroker
 from worker.telemetry import Telemetry
 
 
@@ -77,3 +82,37 @@ def test_build_info_names_the_version(served: tuple[Telemetry, str]) -> None:
     body = get(base + "/metrics")[1].decode()
     (line,) = [line for line in body.splitlines() if line.startswith("scorestream_build_info{")]
     assert 'version="0.1.0"' in line and line.endswith(" 1.0")
+
+
+def wait_for(url: str, status: int, broker: str, timeout: float) -> None:
+    """Poll `/readyz` until it answers `status` with this broker state."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got, body = get(url)
+        if got == status and orjson.loads(body)["broker"] == broker:
+            return
+        assert time.monotonic() < deadline, f"/readyz still {got} {body!r}"
+        time.sleep(0.5)
+
+
+@pytest.mark.integration
+def test_readyz_follows_the_broker_going_away_and_coming_back(tmp_path: Path) -> None:
+    broker = EmbeddedBroker().start()
+    config = make_config()
+    config["stream"] = {**config["stream"], "connect_timeout": 2}
+    asyncio.run(provision(settings_of(config), broker.url))
+    worker = WorkerProcess(write_config(tmp_path / "c.yaml", config), broker.url, tmp_path / "w")
+    worker.start()
+    try:
+        worker.wait_ready()
+        base = worker.metrics_url().removesuffix("/metrics")
+        wait_for(base + "/readyz", 200, "connected", 30)
+        broker.stop()
+        wait_for(base + "/readyz", 503, "disconnected", 20)
+        assert b"scorestream_broker_connected 0.0" in get(base + "/metrics")[1]
+        broker = EmbeddedBroker(port=broker.port).start()  # empty: the worker rejoins
+        wait_for(base + "/readyz", 200, "connected", 90)
+        assert worker.process is not None and worker.process.poll() is None
+    finally:
+        worker.stop()
+        broker.stop()
