@@ -66,4 +66,19 @@ def install_lag_monitor(
     app.timer(interval or DEFAULT_INTERVAL)(sample)
 
 
-__all__ = ["install_lag_monitor", "partition_lags", "sample_lags"]
+def watch_worker(scorer: Any, settings: Settings) -> None:
+    """Wire a `ScorestreamApp`'s health into its telemetry before it starts: `/readyz` is
+    ready once the app started (partitions assigned, tables recovered) while it is not
+    rebalancing or recovering, and the lag monitor keeps the broker state and lag gauges."""
+    app = scorer.app
+    scorer.telemetry.set_readiness(
+        lambda: (
+            scorer.ready.is_set()
+            and not getattr(app, "rebalancing", False)
+            and not getattr(app, "in_recovery", False)
+        )
+    )
+    install_lag_monitor(app, scorer.telemetry, settings.topics.input, settings)
+
+
+__all__ = ["install_lag_monitor", "partition_lags", "sample_lags", "watch_worker"]

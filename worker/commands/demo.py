@@ -264,6 +264,7 @@ class Demo:
     async def _run(self) -> int:
         from worker.app import ScorestreamApp
         from worker.engines import Engines
+        from worker.lag import watch_worker
 
         settings = self.settings
         self.say("creating topics")
@@ -277,6 +278,7 @@ class Demo:
         except ConfigError as exc:
             raise UsageError(str(exc)) from None
         self.scorer = scorer = ScorestreamApp(settings, self.broker.url, engines=engines)
+        watch_worker(scorer, settings)
         self._serve_metrics()
         consumer = AIOKafkaConsumer(
             settings.topics.results,

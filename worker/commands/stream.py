@@ -79,7 +79,7 @@ async def provision_topics(settings: Settings, broker: str, partitions: int | No
 def run_worker(args: argparse.Namespace) -> int:
     """Run the streaming worker until interrupted."""
     from worker.app import ScorestreamApp
-    from worker.lag import install_lag_monitor
+    from worker.lag import watch_worker
 
     settings = settings_for(args)
     broker = broker_of(settings)
@@ -89,17 +89,7 @@ def run_worker(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         raise UsageError(str(exc)) from None
     scorer.engines.warm_up()
-    app = scorer.app
-    # Ready: started once (partitions assigned, tables recovered) and not rebalancing or
-    # recovering a table now; /readyz also needs the broker to answer (the lag monitor).
-    scorer.telemetry.set_readiness(
-        lambda: (
-            scorer.ready.is_set()
-            and not getattr(app, "rebalancing", False)
-            and not getattr(app, "in_recovery", False)
-        )
-    )
-    install_lag_monitor(scorer.app, scorer.telemetry, settings.topics.input, settings)
+    watch_worker(scorer, settings)
     _server, port = scorer.telemetry.serve(settings.metrics_port)
     print(f"scorestream worker: metrics on http://127.0.0.1:{port}/metrics", file=sys.stderr)
     faust_worker = scorer.worker()
