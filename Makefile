@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install demo test lint typecheck check schemas bench clean
+.PHONY: install demo test lint typecheck check schemas bench lock k8s-rules clean
 
 install: $(STAMP)
 
@@ -36,6 +36,12 @@ schemas: install
 
 bench: install
 	$(PY) bench/stream.py
+
+lock: install        # deploy/requirements.lock, from which the Docker image installs
+	$(PY) deploy/make_lock.py
+
+k8s-rules: install   # deploy/k8s/base/prometheusrule.yaml from deploy/prometheus/alerts.yml
+	$(PY) deploy/k8s/render_rules.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info

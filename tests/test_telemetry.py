@@ -103,6 +103,8 @@ def exercise(telemetry: Telemetry) -> None:
     telemetry.record_aggregate(aggregate({"model": "m"}), "1m")
     telemetry.record_gate(gate_event("firing", {"model": "m"}))
     telemetry.record_embedding_batch(16)
+    telemetry.set_consumer_lag("in", {0: 3})
+    telemetry.set_broker_connected(True)
 
 
 def test_every_interface_metric_with_its_type_and_labels() -> None:
@@ -123,6 +125,9 @@ def test_every_interface_metric_with_its_type_and_labels() -> None:
         "scorestream_embedding_batch_size": ("histogram", {"le"}),
         "scorestream_late_records": ("counter", {"suite"}),
         "scorestream_unknown_fields": ("counter", {"suite"}),
+        "scorestream_consumer_lag": ("gauge", {"topic", "partition"}),
+        "scorestream_broker_connected": ("gauge", set()),
+        "scorestream_build_info": ("gauge", {"version", "python"}),
     }
     # prometheus_client also exposes `*_created` timestamps of counters and histograms
     assert {name for name in found if not name.endswith("_created")} == set(expected)

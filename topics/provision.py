@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
@@ -39,23 +40,53 @@ def planned_topics(names: dict[str, str] | None = None) -> list[tuple[str, Topic
     return [(names.get(name, name), spec) for name, spec in CATALOG.items()]
 
 
+def new_topics(
+    names: dict[str, str] | None = None,
+    partitions: int | None = None,
+    replication_factor: int | None = None,
+    min_insync_replicas: int | None = None,
+) -> list[NewTopic]:
+    """CreateTopics requests for the catalog; `partitions`, `replication_factor` and
+    `min_insync_replicas` override the catalog's values when given."""
+    topics = []
+    for name, spec in planned_topics(names):
+        config = spec.config()
+        if min_insync_replicas is not None:
+            config["min.insync.replicas"] = str(min_insync_replicas)
+        topics.append(
+            NewTopic(
+                name,
+                partitions or spec.partitions,
+                replication_factor or spec.replication_factor,
+                topic_configs=config,
+            )
+        )
+    return topics
+
+
 async def create_topics(
-    broker_url: str, names: dict[str, str] | None = None, partitions: int | None = None
+    broker_url: str,
+    names: dict[str, str] | None = None,
+    partitions: int | None = None,
+    *,
+    replication_factor: int | None = None,
+    min_insync_replicas: int | None = None,
+    client_options: dict[str, Any] | None = None,
 ) -> list[str]:
-    """Create the missing catalog topics; returns the names created (existing ones are kept)."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap_servers(broker_url))
+    """Create the missing catalog topics; returns the names created (existing ones are kept).
+
+    `client_options`: extra `AIOKafkaAdminClient` arguments (security, timeouts).
+    """
+    admin = AIOKafkaAdminClient(
+        bootstrap_servers=bootstrap_servers(broker_url), **(client_options or {})
+    )
     await admin.start()
     try:
         existing = set(await admin.list_topics())
         wanted = [
-            NewTopic(
-                name,
-                partitions or spec.partitions,
-                spec.replication_factor,
-                topic_configs=spec.config(),
-            )
-            for name, spec in planned_topics(names)
-            if name not in existing
+            topic
+            for topic in new_topics(names, partitions, replication_factor, min_insync_replicas)
+            if topic.name not in existing
         ]
         if not wanted:
             return []
@@ -71,9 +102,15 @@ async def create_topics(
         await admin.close()
 
 
-async def list_topics(broker_url: str, names: dict[str, str] | None = None) -> list[TopicStatus]:
+async def list_topics(
+    broker_url: str,
+    names: dict[str, str] | None = None,
+    client_options: dict[str, Any] | None = None,
+) -> list[TopicStatus]:
     """The catalog's topics with their partition counts on the broker."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap_servers(broker_url))
+    admin = AIOKafkaAdminClient(
+        bootstrap_servers=bootstrap_servers(broker_url), **(client_options or {})
+    )
     await admin.start()
     try:
         present = set(await admin.list_topics())

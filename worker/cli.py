@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
@@ -26,8 +27,18 @@ def _kafka_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", help="YAML config file (else SCORESTREAM_CONFIG)")
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return f"scorestream {version('scorestream')}"
+    except PackageNotFoundError:
+        return "scorestream (not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="scorestream", description="Streaming scorer for LLM output.")
+    parser.add_argument("--version", action="version", version=_version())
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     score = commands.add_parser("score", help="score files offline")
@@ -45,6 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     worker = commands.add_parser("worker", help="run the streaming worker")
     _kafka_options(worker)
+    worker.add_argument(
+        "--log-format", choices=["text", "json"], help="log lines as text or JSON (else config)"
+    )
 
     demo = commands.add_parser("demo", help="embedded broker, worker and example stream")
     demo.add_argument("--follow", action="store_true", help="keep running after the replay")
@@ -81,11 +95,17 @@ HANDLERS = {
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `scorestream` console script; returns the exit code."""
     args = build_parser().parse_args(argv)
+    # aiokafka logs each failed connection attempt; without a configured handler Python
+    # would print those to stderr next to our one-line error. (The worker's logging
+    # configuration still receives them through the root logger.)
+    logging.getLogger("aiokafka").addHandler(logging.NullHandler())
     module = importlib.import_module(HANDLERS[args.command])
     handler = getattr(module, f"run_{args.command}")
+    from worker.connection import BrokerUnavailable
+
     try:
         return int(handler(args))
-    except UsageError as exc:
+    except (UsageError, BrokerUnavailable) as exc:
         print(f"scorestream {args.command}: {exc}", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:

@@ -19,6 +19,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    SecretStr,
     ValidationError,
     ValidationInfo,
     field_validator,
@@ -311,6 +312,45 @@ class StreamSettings(Section):
     tick_interval: Duration = 1.0  # how often watermark markers go out
     marker_heartbeat: Duration = 5.0  # re-send unchanged progress this often
     dedupe_horizon: Duration = 7200.0
+    connect_timeout: Duration = 15.0
+
+
+class KafkaSettings(Section):
+    """Broker security and durability, for the worker and every command that talks to
+    Kafka. Secrets can come from the environment: `SCORESTREAM_KAFKA__SASL_PASSWORD`,
+    `SCORESTREAM_KAFKA__SSL_KEY_PASSWORD`."""
+
+    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    ssl_cafile: Path | None = None
+    ssl_certfile: Path | None = None
+    ssl_keyfile: Path | None = None
+    ssl_key_password: SecretStr | None = None
+    ssl_check_hostname: bool = True
+    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = None
+    sasl_username: str | None = None
+    sasl_password: SecretStr | None = None
+    replication_factor: int = Field(default=1, ge=1)
+    min_insync_replicas: int | None = Field(default=None, ge=1)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> KafkaSettings:
+        uses_sasl = self.security_protocol.startswith("SASL_")
+        uses_tls = self.security_protocol.endswith("SSL")
+        if uses_sasl and not (self.sasl_mechanism and self.sasl_username and self.sasl_password):
+            raise ValueError(
+                f"security_protocol {self.security_protocol} needs sasl_mechanism, "
+                "sasl_username and sasl_password"
+            )
+        if not uses_sasl and self.sasl_mechanism:
+            raise ValueError("sasl_mechanism needs security_protocol SASL_PLAINTEXT or SASL_SSL")
+        tls_files = (self.ssl_cafile, self.ssl_certfile, self.ssl_keyfile)
+        if not uses_tls and any(tls_files):
+            raise ValueError("ssl_* files need security_protocol SSL or SASL_SSL")
+        if (self.ssl_certfile is None) != (self.ssl_keyfile is None):
+            raise ValueError("ssl_certfile and ssl_keyfile go together")
+        if self.min_insync_replicas and self.min_insync_replicas > self.replication_factor:
+            raise ValueError("min_insync_replicas must not exceed replication_factor")
+        return self
 
 
 class Settings(BaseSettings):
@@ -334,6 +374,7 @@ class Settings(BaseSettings):
     idle_timeout: Duration = 10.0
     max_future_skew: Duration = 300.0
     metrics_port: int = Field(default=9108, ge=0, le=65535)
+    log_format: Literal["text", "json"] = "text"
     max_record_bytes: int = Field(default=1024 * 1024, ge=1)
     dlq_max_raw_bytes: int = Field(default=64 * 1024, ge=1)
     aggregate_emit_interval: Duration = 1.0
@@ -341,6 +382,7 @@ class Settings(BaseSettings):
     embedding_batch_size: int = Field(default=64, ge=1)
     embedding_batch_wait: Duration = 0.05
     stream: StreamSettings = Field(default_factory=StreamSettings)
+    kafka: KafkaSettings = Field(default_factory=KafkaSettings)
     alignment: AlignmentSettings = Field(default_factory=AlignmentSettings)
     extraction: ExtractionSettings = Field(default_factory=ExtractionSettings)
     safe: SafeSettings = Field(default_factory=SafeSettings)

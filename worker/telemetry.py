@@ -12,18 +12,22 @@ from __future__ import annotations
 
 import contextlib
 import math
+import platform
 import re
 import threading
-from collections.abc import Mapping, Sequence
-from wsgiref.simple_server import WSGIServer
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from socketserver import ThreadingMixIn
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
+import orjson
 from prometheus_client import (
     CollectorRegistry,
     Counter,
     Gauge,
     Histogram,
     generate_latest,
-    start_http_server,
+    make_wsgi_app,
 )
 
 from schemas.outputs import Aggregate, CaseResult, GateEvent
@@ -149,6 +153,26 @@ class Telemetry:
             buckets=BATCH_BUCKETS,
             registry=registry,
         )
+        self.consumer_lag = Gauge(
+            "scorestream_consumer_lag",
+            "Records of an assigned input partition not yet read by this worker.",
+            ["topic", "partition"],
+            registry=registry,
+        )
+        self.broker_connected = Gauge(
+            "scorestream_broker_connected",
+            "1 while the last request to the Kafka broker succeeded, 0 after one failed.",
+            registry=registry,
+        )
+        self.build_info = Gauge(
+            "scorestream_build_info",
+            "Always 1; the labels say which scorestream and Python run.",
+            ["version", "python"],
+            registry=registry,
+        )
+        self.build_info.labels(scorestream_version(), platform.python_version()).set(1)
+        self._readiness: Callable[[], bool] | None = None
+        self._connected: bool | None = None
         self.late_records = Counter(
             "scorestream_late_records_total",
             "Records for windows already closed (scored, not aggregated).",
@@ -263,18 +287,75 @@ class Telemetry:
         with contextlib.suppress(KeyError):
             self.gate_firing.remove(*labels)
 
+    def set_consumer_lag(self, topic: str, lags: dict[int, int]) -> None:
+        """Set the lag of each partition of `topic` this worker reads; partitions not in
+        `lags` (revoked) lose their series."""
+        topic = self.guard("topic", topic)
+        wanted = {str(partition) for partition in lags}
+        for labels in _label_sets(self.consumer_lag):
+            if labels[0] == topic and labels[1] not in wanted:
+                self.consumer_lag.remove(*labels)
+        for partition, lag in lags.items():
+            self.consumer_lag.labels(topic, str(partition)).set(lag)
+
+    def set_broker_connected(self, connected: bool) -> None:
+        """Record whether the last request to the broker succeeded (`/readyz`, gauge)."""
+        self._connected = connected
+        self.broker_connected.set(1 if connected else 0)
+
+    def set_readiness(self, check: Callable[[], bool]) -> None:
+        """`/readyz` answers 200 while `check()` is true and the broker is not known to be
+        unreachable (see `set_broker_connected`), else 503."""
+        self._readiness = check
+
+    def readiness(self) -> dict[str, Any]:
+        """What `/readyz` reports: `ready` and the state of each check."""
+        try:
+            started = bool(self._readiness()) if self._readiness is not None else False
+        except Exception:  # a failing check means not ready, never an HTTP 500
+            started = False
+        broker = {None: "unknown", True: "connected", False: "disconnected"}[self._connected]
+        return {
+            "ready": started and self._connected is not False,
+            "started": started,
+            "broker": broker,
+        }
+
     def render(self) -> bytes:
         """The registry in the Prometheus text exposition format."""
         return generate_latest(self.registry)
 
     def serve(self, port: int, host: str = "0.0.0.0") -> tuple[WSGIServer, int]:
-        """Serve `/metrics` on a daemon thread; `port=0` picks a free port.
+        """Serve `/metrics`, `/healthz` and `/readyz` on a daemon thread; `port=0` picks a
+        free port.
 
-        Returns the server and the port actually bound. `stop()` shuts it down.
+        `/healthz` is 200 while the process serves HTTP; `/readyz` is 200 or 503 with the
+        JSON of `readiness()`. Returns the server and the port actually bound. `stop()`
+        shuts it down.
         """
-        server, _thread = start_http_server(port, addr=host, registry=self.registry)
+        server = make_server(
+            host, port, self.wsgi_app(), _ThreadingServer, handler_class=_QuietHandler
+        )
+        thread = threading.Thread(target=server.serve_forever, name="metrics", daemon=True)
+        thread.start()
         self._servers.append(server)
         return server, int(server.server_port)
+
+    def wsgi_app(self) -> Callable[..., Iterable[bytes]]:
+        """The WSGI application behind `serve`."""
+        metrics = make_wsgi_app(self.registry)
+
+        def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+            path = environ.get("PATH_INFO", "")
+            if path == "/healthz":
+                return _reply(start_response, "200 OK", b'{"status":"ok"}')
+            if path == "/readyz":
+                state = self.readiness()
+                status = "200 OK" if state["ready"] else "503 Service Unavailable"
+                return _reply(start_response, status, orjson.dumps(state))
+            return metrics(environ, start_response)
+
+        return app
 
     def stop(self) -> None:
         """Shut down every server `serve` started."""
@@ -284,4 +365,39 @@ class Telemetry:
             server.server_close()
 
 
-__all__ = ["LabelGuard", "Telemetry", "segment_label_names"]
+def scorestream_version() -> str:
+    """The installed scorestream version ("unknown" when run from a bare source tree)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("scorestream")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def _label_sets(gauge: Gauge) -> list[tuple[str, ...]]:
+    """The label values of every series of a labelled gauge."""
+    return [
+        tuple(sample.labels[name] for name in ("topic", "partition"))
+        for metric in gauge.collect()
+        for sample in metric.samples
+    ]
+
+
+def _reply(start_response: Callable[..., Any], status: str, body: bytes) -> list[bytes]:
+    start_response(
+        status, [("Content-Type", "application/json"), ("Content-Length", str(len(body)))]
+    )
+    return [body]
+
+
+class _ThreadingServer(ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        """No access log on stderr."""
+
+
+__all__ = ["LabelGuard", "Telemetry", "scorestream_version", "segment_label_names"]

@@ -261,6 +261,7 @@ class Demo:
 
     async def _run(self) -> int:
         from worker.engines import Engines
+        from worker.lag import watch_worker
         from worker.stream import ScorestreamApp
 
         settings = self.settings
@@ -275,6 +276,7 @@ class Demo:
         except ConfigError as exc:
             raise UsageError(str(exc)) from None
         self.scorer = scorer = ScorestreamApp(settings, self.broker.url, engines=engines)
+        watch_worker(scorer, settings)
         self._serve_metrics()
         consumer = AIOKafkaConsumer(
             settings.topics.results,

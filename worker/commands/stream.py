@@ -14,8 +14,11 @@ from aiokafka import AIOKafkaProducer
 
 from topics.catalog import AGGREGATES, DEAD_LETTERS, GATES, INPUT, RESULTS
 from topics.provision import bootstrap_servers, create_topics, list_topics
-from worker.cli import EXIT_ERROR, UsageError
+from worker.cli import UsageError
 from worker.config import ConfigError, Settings, TopicNames, load_settings
+from worker.connection import BrokerUnavailable, within
+from worker.kafka_security import aiokafka_options
+from worker.logs import json_logging_config
 
 
 def settings_for(args: argparse.Namespace) -> Settings:
@@ -46,22 +49,54 @@ def topic_names(names: TopicNames) -> dict[str, str]:
     }
 
 
+def client_options(settings: Settings) -> dict[str, Any]:
+    """aiokafka client arguments from the `kafka:` and `stream:` sections."""
+    try:
+        return aiokafka_options(settings)
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from None
+
+
+async def provision_topics(settings: Settings, broker: str, partitions: int | None) -> list[str]:
+    """Create the missing catalog topics, within `stream.connect_timeout`."""
+    create = create_topics(
+        broker,
+        topic_names(settings.topics),
+        partitions,
+        replication_factor=settings.kafka.replication_factor,
+        min_insync_replicas=settings.kafka.min_insync_replicas,
+        client_options=client_options(settings),
+    )
+    timeout = settings.stream.connect_timeout
+    try:
+        return await within(create, bootstrap_servers(broker), timeout, "creating topics")
+    except BrokerUnavailable:
+        raise
+    except RuntimeError as exc:  # the broker refused a topic (e.g. replication factor)
+        raise UsageError(str(exc)) from None
+
+
 def run_worker(args: argparse.Namespace) -> int:
     """Run the streaming worker until interrupted."""
+    from worker.lag import watch_worker
     from worker.stream import ScorestreamApp
 
     settings = settings_for(args)
     broker = broker_of(settings)
-    asyncio.run(create_topics(broker, topic_names(settings.topics), settings.stream.partitions))
+    asyncio.run(provision_topics(settings, broker, settings.stream.partitions))
     try:
         scorer = ScorestreamApp(settings, broker)
     except ConfigError as exc:
         raise UsageError(str(exc)) from None
     scorer.engines.warm_up()
+    watch_worker(scorer, settings)
     _server, port = scorer.telemetry.serve(settings.metrics_port)
     print(f"scorestream worker: metrics on http://127.0.0.1:{port}/metrics", file=sys.stderr)
+    faust_worker = scorer.worker()
+    if (getattr(args, "log_format", None) or settings.log_format) == "json":
+        faust_worker.logging_config = json_logging_config()
     try:
-        scorer.worker().execute_from_commandline()
+        faust_worker.execute_from_commandline()
     finally:
         scorer.telemetry.stop()
     return 0
@@ -85,11 +120,25 @@ def record_key(line: bytes) -> bytes | None:
 
 
 async def produce_lines(
-    bootstrap: str, topic: str, lines: list[bytes], rate: float | None = None
+    bootstrap: str,
+    topic: str,
+    lines: list[bytes],
+    rate: float | None = None,
+    client_options: dict[str, Any] | None = None,
+    connect_timeout: float | None = None,
 ) -> int:
-    """Publish each line as one record (bad lines too: the worker dead-letters them)."""
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5)
-    await producer.start()
+    """Publish each line as one record (bad lines too: the worker dead-letters them).
+
+    With `connect_timeout`, connecting fails with `BrokerUnavailable` after that long."""
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, **(client_options or {}))
+    if connect_timeout is None:
+        await producer.start()
+    else:
+        try:
+            await within(producer.start(), bootstrap, connect_timeout, "connecting the producer")
+        except BaseException:
+            await producer.stop()
+            raise
     try:
         started = time.monotonic()
         for index, line in enumerate(lines):
@@ -120,7 +169,10 @@ def run_produce(args: argparse.Namespace) -> int:
     topic = args.topic or settings.topics.input
     if args.rate is not None and args.rate <= 0:
         raise UsageError("--rate must be positive")
-    sent = asyncio.run(produce_lines(bootstrap_servers(broker), topic, lines, args.rate))
+    bootstrap = bootstrap_servers(broker)
+    timeout = settings.stream.connect_timeout
+    produce = produce_lines(bootstrap, topic, lines, args.rate, client_options(settings), timeout)
+    sent = asyncio.run(produce)
     print(f"produced {sent} records to {topic}", file=sys.stderr)
     return 0
 
@@ -130,17 +182,15 @@ def run_topics(args: argparse.Namespace) -> int:
     broker = broker_of(settings)
     names = topic_names(settings.topics)
     if args.action == "create":
-        created = asyncio.run(create_topics(broker, names, None))
+        created = asyncio.run(provision_topics(settings, broker, None))
         for name in created:
             print(f"created {name}")
         if not created:
             print("all topics exist")
         return 0
-    try:
-        statuses = asyncio.run(list_topics(broker, names))
-    except Exception as exc:  # connection problems are runtime errors
-        print(f"scorestream topics: {exc}", file=sys.stderr)
-        return EXIT_ERROR
+    listing = list_topics(broker, names, client_options(settings))
+    timeout = settings.stream.connect_timeout
+    statuses = asyncio.run(within(listing, bootstrap_servers(broker), timeout, "listing topics"))
     for status in statuses:
         found = "missing" if status.partitions is None else f"{status.partitions} partitions"
         print(f"{status.name:32} {found:16} (catalog: {status.expected_partitions})")

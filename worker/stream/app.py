@@ -29,6 +29,7 @@ import faust
 
 from worker.config import Settings
 from worker.engines import Engines
+from worker.kafka_security import faust_options, internal_topic_configs
 from worker.stream.context import StreamContext
 from worker.stream.publish import Publisher, StreamTopics
 from worker.stream.scoring import ScoreStage
@@ -68,6 +69,7 @@ def faust_settings(settings: Settings, broker: str) -> dict[str, Any]:
     }
     if stream.producer_max_batch_size is not None:
         options["producer_max_batch_size"] = stream.producer_max_batch_size
+    options.update(faust_options(settings))  # TLS / SASL, replication
     return options
 
 
@@ -92,6 +94,7 @@ class ScorestreamApp:
         partitions = settings.stream.partitions
         self.app = app = faust.App(app_id, **faust_settings(settings, broker))
         names = settings.topics
+        internal = internal_topic_configs(settings)
         self.topics = StreamTopics(
             input=app.topic(names.input, **RAW),
             results=app.topic(names.results, **RAW),
@@ -99,17 +102,27 @@ class ScorestreamApp:
             gates=app.topic(names.gates, **RAW),
             dead_letters=app.topic(names.dead_letters, **RAW),
             turns=app.topic(
-                f"{app_id}-alignment-turns", partitions=partitions, internal=True, **RAW
+                f"{app_id}-alignment-turns",
+                partitions=partitions,
+                internal=True,
+                config=internal,
+                **RAW,
             ),
             aggregate_input=app.topic(
-                f"{app_id}-aggregate-input", partitions=partitions, internal=True, **RAW
+                f"{app_id}-aggregate-input",
+                partitions=partitions,
+                internal=True,
+                config=internal,
+                **RAW,
             ),
         )
         self.publisher = Publisher(self.topics, settings, self.telemetry)
         context = StreamContext(settings, self.engines, self.telemetry, self.publisher, clock)
 
         def table(name: str) -> Any:
-            return app.Table(name, partitions=partitions, key_type=str)
+            return app.Table(
+                name, partitions=partitions, key_type=str, extra_topic_configs=internal
+            )
 
         # Watermarks of the two downstream stages ("sess|p", "agg|p"), co-partitioned
         # with both internal topics.

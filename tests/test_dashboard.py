@@ -1,0 +1,250 @@
+"""The Grafana dashboard as code: its files are consistent with compose and the worker's
+metrics, and, against a real Prometheus scraping a real worker on a real (Tansu) stream,
+every panel's PromQL query returns data. The same run checks `/healthz`, `/readyz` and
+the worker's JSON log lines."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import re
+import shutil
+import subprocess
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+import yaml
+
+from tests.streamkit import (
+    EXAMPLES,
+    WorkerProcess,
+    as_lines,
+    envelopes,
+    make_config,
+    produce,
+    provision,
+    retime,
+    settings_of,
+    write_config,
+)
+from worker.broker import EmbeddedBroker, free_port
+from worker.telemetry import Telemetry
+
+REPO = Path(__file__).resolve().parent.parent
+GRAFANA = REPO / "deploy" / "grafana"
+DASHBOARD = GRAFANA / "dashboards" / "scorestream.json"
+# What Grafana substitutes for the dashboard's variables ("All" is the regex .*).
+VARIABLES = {"$suite": ".*", "$window": ".*", "$model": ".*", "$__rate_interval": "20s"}
+
+
+def dashboard() -> dict[str, Any]:
+    return dict(json.loads(DASHBOARD.read_text(encoding="utf-8")))
+
+
+def panel_queries() -> list[tuple[str, str]]:
+    """(panel title / target ref, PromQL with the variables filled in) for every target."""
+    queries = []
+    for panel in dashboard()["panels"]:
+        for target in panel["targets"]:
+            expr = target["expr"]
+            for name, value in VARIABLES.items():
+                expr = expr.replace(name, value)
+            queries.append((f"{panel['title']} / {target['refId']}", expr))
+    return queries
+
+
+def test_dashboard_is_provisioned_from_the_files_compose_mounts() -> None:
+    compose = yaml.safe_load((REPO / "docker-compose.yml").read_text(encoding="utf-8"))
+    mounts = {
+        volume.split(":")[1]: volume.split(":")[0]
+        for volume in compose["services"]["grafana"]["volumes"]
+    }
+    assert mounts["/etc/grafana/provisioning"] == "./deploy/grafana/provisioning"
+    assert mounts["/var/lib/grafana/dashboards"] == "./deploy/grafana/dashboards"
+    provider = yaml.safe_load(
+        (GRAFANA / "provisioning" / "dashboards" / "scorestream.yml").read_text(encoding="utf-8")
+    )
+    assert provider["providers"][0]["options"]["path"] == "/var/lib/grafana/dashboards"
+    sources = yaml.safe_load(
+        (GRAFANA / "provisioning" / "datasources" / "prometheus.yml").read_text(encoding="utf-8")
+    )
+    (source,) = sources["datasources"]
+    assert source["url"] == "http://prometheus:9090"
+    board = dashboard()
+    ids = [panel["id"] for panel in board["panels"]]
+    assert len(ids) == len(set(ids))
+    for panel in board["panels"]:
+        assert panel["datasource"]["uid"] == source["uid"], panel["title"]
+        assert panel["targets"], panel["title"]
+
+
+def test_panels_query_only_metrics_the_worker_exports() -> None:
+    exported = Telemetry(["model"]).render().decode()
+    families = set(re.findall(r"^# TYPE (\S+) ", exported, flags=re.MULTILINE))
+    series = {name + suffix for name in families for suffix in ("", "_bucket", "_total")}
+    for title, expr in panel_queries():
+        names = set(re.findall(r"\b(scorestream_[a-z_]+)", expr))
+        assert names <= series, f"{title} queries unknown metrics {names - series}"
+
+
+def test_dashboard_covers_what_an_operator_watches() -> None:
+    text = " ".join(expr for _title, expr in panel_queries())
+    for needed in (
+        'stat="mean"',
+        'stat="ci_low"',
+        'stat="ci_high"',
+        'metric="pass_rate"',
+        "scorestream_cases_total",
+        "scorestream_gate_firing",
+        "scorestream_dead_letters_total",
+        "scorestream_end_to_end_latency_seconds_bucket",
+        "scorestream_consumer_lag",
+    ):
+        assert needed in text, needed
+
+
+class JsonLogWorker(WorkerProcess):
+    """`scorestream worker --log-format json`."""
+
+    def __init__(self, config_path: Path, broker_url: str, log_path: Path) -> None:
+        super().__init__(config_path, broker_url, log_path)
+        self.args = [*self.args, "--log-format", "json"]
+
+
+def http_get(url: str) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as reply:
+            return reply.status, reply.read()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read()
+
+
+def prometheus_query(port: int, expr: str) -> list[dict[str, Any]]:
+    url = f"http://127.0.0.1:{port}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
+    answer = orjson.loads(urllib.request.urlopen(url, timeout=5).read())
+    assert answer["status"] == "success", answer
+    return list(answer["data"]["result"])
+
+
+def finite(result: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [item for item in result if math.isfinite(float(item["value"][1]))]
+
+
+def bursts_of_every_suite() -> tuple[list[bytes], list[bytes]]:
+    """Two bursts of the example envelopes of all suites, each with bad records. Event
+    times end 45 s before a window boundary: every result lands in an open window."""
+    records = []
+    for suite in ("safe", "extraction", "alignment"):
+        records.extend(envelopes(EXAMPLES / suite / "envelopes.jsonl"))
+    lines = as_lines(retime(records, lead_s=45.0))
+    half = len(lines) // 2
+    return [*lines[:half], b"not json"], [*lines[half:], b"not json", b'{"suite": "nope"}']
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(
+    shutil.which("prometheus") is None, reason="Debian's prometheus is not installed"
+)
+async def test_every_panel_query_returns_data_from_a_real_prometheus(
+    broker: EmbeddedBroker, tmp_path: Path
+) -> None:
+    config = make_config(
+        gates=[
+            {
+                "name": "busy",
+                "suite": "safe",
+                "metric": "cases",
+                "stat": "count",
+                "op": ">",
+                "threshold": 1,
+                "window": "1m",
+            }
+        ]
+    )
+    settings = settings_of(config)
+    await provision(settings, broker.url)
+    worker = JsonLogWorker(
+        write_config(tmp_path / "config.yaml", config), broker.url, tmp_path / "worker.log"
+    )
+    worker.start()
+    prometheus = None
+    try:
+        worker.wait_ready()
+        metrics_url = worker.metrics_url()
+        base = metrics_url.removesuffix("/metrics")
+        assert http_get(base + "/healthz")[0] == 200
+        port = free_port()
+        (tmp_path / "prometheus.yml").write_text(
+            "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
+            "scrape_configs:\n"
+            "  - job_name: scorestream\n"
+            f"    static_configs: [{{targets: ['{urllib.parse.urlparse(metrics_url).netloc}']}}]\n",
+            encoding="utf-8",
+        )
+        prometheus = subprocess.Popen(
+            [
+                "prometheus",
+                f"--config.file={tmp_path / 'prometheus.yml'}",
+                f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                f"--web.listen-address=127.0.0.1:{port}",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        first, second = bursts_of_every_suite()
+        # Two bursts a few scrapes apart, so that rates and quantiles see increases.
+        await asyncio.sleep(3)
+        await produce(broker.bootstrap, settings.topics.input, first)
+        await asyncio.sleep(4)
+        await produce(broker.bootstrap, settings.topics.input, second)
+
+        pending = dict(panel_queries())
+        trend = "Score trends: window mean with 95% CI / A"
+        suites = {"safe", "extraction", "alignment"}
+        seen: dict[str, list[dict[str, Any]]] = {}
+        deadline = time.monotonic() + 120
+        while pending and time.monotonic() < deadline:
+            for title, expr in list(pending.items()):
+                try:
+                    found = finite(prometheus_query(port, expr))
+                except OSError:
+                    continue  # Prometheus still starting
+                if title == trend and {item["metric"]["suite"] for item in found} != suites:
+                    continue  # alignment results come after the session idle timeout
+                if "rate(" in expr and not any(float(item["value"][1]) > 0 for item in found):
+                    continue  # a rate panel should show the records going through
+                if found:
+                    seen[title] = found
+                    del pending[title]
+            await asyncio.sleep(1)
+        for title, found in sorted(seen.items()):
+            values = ", ".join(
+                f"{ {k: v for k, v in item['metric'].items() if k not in ('job', 'instance')} }"
+                f"={float(item['value'][1]):.3g}"
+                for item in found[:4]
+            )
+            print(f"{title}: {len(found)} series, e.g. {values}")
+        assert not pending, f"panels without data: {sorted(pending)}"
+
+        status, body = http_get(base + "/readyz")
+        assert status == 200
+        assert orjson.loads(body) == {"ready": True, "started": True, "broker": "connected"}
+    finally:
+        if prometheus is not None:
+            prometheus.terminate()
+            prometheus.wait(10)
+        worker.stop()
+    log_lines = [line for line in worker.log().splitlines() if line.startswith("{")]
+    entries = [orjson.loads(line) for line in log_lines]
+    assert any(entry["message"] == "scorestream worker ready" for entry in entries)
+    assert all({"ts", "level", "logger", "message"} <= set(entry) for entry in entries)
+    assert not re.search(r"^\[\d{4}-\d\d-\d\d", worker.log(), flags=re.MULTILINE), (
+        "text log lines next to JSON ones"
+    )

@@ -1,0 +1,71 @@
+"""`scorestream --version`, JSON log lines, and the consumer-lag sampling."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+from faust.types import TP
+
+from worker.lag import partition_lags, sample_lags
+from worker.logs import JsonFormatter
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_version_prints_the_package_version() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "worker", "--version"],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=REPO,
+    )
+    assert done.returncode == 0
+    assert done.stdout.strip() == "scorestream 0.1.0"
+
+
+def test_json_log_lines_carry_level_logger_message_and_traceback() -> None:
+    formatter = JsonFormatter()
+    record = logging.LogRecord("scorestream", logging.WARNING, __file__, 1, "x=%s", (3,), None)
+    entry = orjson.loads(formatter.format(record))
+    assert entry["level"] == "warning" and entry["logger"] == "scorestream"
+    assert entry["message"] == "x=3" and entry["ts"].endswith("+00:00")
+    try:
+        raise ValueError("boom")
+    except ValueError:
+        failed = logging.LogRecord(
+            "scorestream", logging.ERROR, __file__, 1, "failed", (), sys.exc_info()
+        )
+    entry = orjson.loads(formatter.format(failed))
+    assert "ValueError: boom" in entry["exc_info"]
+
+
+def test_partition_lag_is_end_minus_next_offset_never_negative() -> None:
+    lags = partition_lags({0: 100, 1: 50, 2: 7}, {0: 90, 1: None, 2: 9})
+    assert lags == {0: 10, 1: 50, 2: 0}
+
+
+class FakeConsumer:
+    """The parts of Faust's consumer the lag sampler reads."""
+
+    def __init__(self) -> None:
+        self.assigned = {TP("in", 0), TP("in", 1), TP("other", 0)}
+        self._read_offset = {TP("in", 0): 41}  # partition 1: nothing read yet
+
+    def assignment(self) -> set[TP]:
+        return self.assigned
+
+    async def highwaters(self, *partitions: TP) -> dict[TP, int]:
+        return {tp: {0: 50, 1: 7}[tp.partition] for tp in partitions}
+
+    async def position(self, tp: TP) -> int:
+        return 3  # the committed offset the fetcher starts from
+
+
+async def test_sampled_lags_cover_only_the_assigned_partitions_of_the_topic() -> None:
+    assert await sample_lags(FakeConsumer(), "in") == {0: 8, 1: 4}
+    assert await sample_lags(FakeConsumer(), "absent") == {}
