@@ -49,7 +49,9 @@ EXPECTED_REASONS = [
 ]
 
 
-def offline_report(tmp_path: Path, records: list[dict[str, Any]], config: Path) -> dict[str, Any]:
+def offline_report(
+    tmp_path: Path, records: list[dict[str, Any]], config: Path, *flags: str
+) -> dict[str, Any]:
     """`scorestream score --format json` on the same records, through the real CLI."""
     path = tmp_path / "cases.jsonl"
     path.write_bytes(b"\n".join(as_lines(records)) + b"\n")
@@ -64,6 +66,7 @@ def offline_report(tmp_path: Path, records: list[dict[str, Any]], config: Path) 
             "json",
             "--config",
             str(config),
+            *flags,
         ],
         capture_output=True,
         check=False,
@@ -328,3 +331,52 @@ async def test_idle_sessions_close_and_the_judge_caps_their_safety(
     assert session["details"]["judge"]["score"] == 2
     assert session["counts"]["turns"] == 2
     assert len(judge.requests) == 1
+
+
+async def test_alignment_window_equals_score_with_the_judge_on(
+    broker: EmbeddedBroker, tmp_path: Path
+) -> None:
+    """The stream and `score` send the judge the same transcripts and agree on the scores."""
+    from tests.test_alignment_judge import FakeCompletions
+
+    judge = FakeCompletions()
+    judge.default = ("answer", '{"score": 6, "reason": "some risk"}')
+    try:
+        config = make_config()
+        config["alignment"] = {
+            **config["alignment"],
+            "judge": {"base_url": judge.base_url, "model": "judge-1", "timeout": 5},
+        }
+        config_path = write_config(tmp_path / "config.yaml", config)
+        settings = settings_of(config)
+        topics = settings.topics
+        turns = retime(envelopes(EXAMPLES / "alignment" / "envelopes.jsonl"))
+        sessions = {turn["payload"]["session_id"] for turn in turns}
+        await provision(settings, broker.url)
+        await produce(broker.bootstrap, topics.input, as_lines(turns))
+        async with (
+            InProcessWorker(settings, broker.url),
+            TopicReader(broker.bootstrap, topics.aggregates) as reader,
+        ):
+            await reader.until(
+                lambda r: any(
+                    v["final"] and v["suite"] == "alignment" and v["segment"] == {}
+                    for v in r.values(topics.aggregates)
+                ),
+                timeout=90,
+                what="the final alignment window",
+            )
+        streamed_prompts = sorted(str(request["messages"]) for request in judge.requests)
+        judge.requests.clear()
+        report = offline_report(tmp_path, turns, config_path, "--judge")
+        offline_prompts = sorted(str(request["messages"]) for request in judge.requests)
+    finally:
+        judge.close()
+    window = final_aggregate(reader, topics.aggregates, "alignment", {})
+    assert window["count"] == len(sessions)
+    assert len(streamed_prompts) == len(sessions)
+    assert streamed_prompts == offline_prompts
+    for metric in ("authenticity", "safety", "stability", "overall"):
+        assert window["metrics"][metric]["mean"] == pytest.approx(
+            report["summary"][metric]["mean"], abs=1e-9
+        ), metric
