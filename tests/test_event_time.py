@@ -240,7 +240,12 @@ async def test_old_cases_are_late_but_scored_and_future_ones_dead_letters(
             worker.stop()
     assert late == 1
     assert counted(reader, topics.aggregates) == 25  # the old case changed no aggregate
-    letters = reader.values(topics.dead_letters)
-    assert [letter["error"]["type"] for letter in letters] == ["invalid_timestamp"] * 2
-    assert "ahead of the wall clock" in letters[0]["error"]["message"]
+    letters = {
+        orjson.loads(letter["raw"])["id"]: letter for letter in reader.values(topics.dead_letters)
+    }
+    assert {ident: letter["error"]["type"] for ident, letter in letters.items()} == {
+        "future": "invalid_timestamp",
+        "year-zero": "invalid_timestamp",
+    }
+    assert "ahead of the wall clock" in letters["future"]["error"]["message"]
     assert "future" not in result_ids(reader, topics.results)

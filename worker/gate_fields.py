@@ -71,7 +71,7 @@ RATE_METRICS: Mapping[str, tuple[str, ...]] = {
     "alignment": (),
 }
 
-COUNT_METRIC = "count"
+COUNT_METRICS = ("count", "cases")  # "cases": the name of the count in Prometheus
 
 
 def gate_metrics(suite: str, stat: str) -> tuple[str, ...]:
@@ -81,7 +81,7 @@ def gate_metrics(suite: str, stat: str) -> tuple[str, ...]:
     if stat == "rate":
         return RATE_METRICS.get(suite, ())
     if stat == "count":  # the window's case count; the metric only names the gate's subject
-        names = (*SCORE_METRICS.get(suite, ()), *RATE_METRICS.get(suite, ()), COUNT_METRIC)
+        names = (*SCORE_METRICS.get(suite, ()), *RATE_METRICS.get(suite, ()), *COUNT_METRICS)
         return tuple(dict.fromkeys(names))
     return ()
 
@@ -111,7 +111,7 @@ def stat_problem(suite: str, metric: str, stat: str) -> str | None:
 
 
 __all__ = [
-    "COUNT_METRIC",
+    "COUNT_METRICS",
     "RATE_METRICS",
     "SCORE_METRICS",
     "SUMMARY_STATS",
