@@ -35,7 +35,7 @@ def result(case_id: str, ts: float, offset: int, partition: int = 0) -> CaseResu
         grade=None,
         details={},
         counts={},
-        source=RecordSource.model_construct(topic="agg-in", partition=partition, offset=offset),
+        source=RecordSource.model_construct(topic="in", partition=partition, offset=offset),
     )
 
 
@@ -47,13 +47,12 @@ class Replay:
     partitions: int = 2
     windows: list[WindowConfig] = field(default_factory=lambda: list(MINUTE))
     tables: dict[str, dict[str, Any]] = field(
-        default_factory=lambda: {"windows": {}, "seen": {}, "progress": {}}
+        default_factory=lambda: {"windows": {}, "progress": {}}
     )
     logs: dict[int, list[float]] = field(default_factory=dict)  # the input partitions
     clocks: dict[int, PartitionClock] = field(default_factory=dict)
     finals: list[Emission] = field(default_factory=list)
     late: list[str] = field(default_factory=list)
-    offset: int = 0
 
     def __post_init__(self) -> None:
         self.store = self.new_store()
@@ -63,7 +62,6 @@ class Replay:
     def new_store(self) -> WindowStore:
         return WindowStore(
             self.tables["windows"],
-            self.tables["seen"],
             self.tables["progress"],
             configs=self.windows,
             grace=GRACE,
@@ -95,11 +93,11 @@ class Replay:
         for offset in range(start, min(start + count, len(self.logs[partition]))):
             ts = self.logs[partition][offset]
             case_id = f"p{partition}-{offset}"
-            self.offset += 1
-            admission = self.store.add(0, result(case_id, ts, self.offset), {})
+            admission = self.store.add(0, result(case_id, ts, offset, partition), {})
             if admission.late:
                 self.late.append(case_id)
             clock.observe(offset, ts, now)
+        self.store.flush()  # the end of a micro-batch
 
     def tick(self, now: float) -> None:
         """The progress timer: idle partitions follow the wall clock, markers go out."""
@@ -109,6 +107,7 @@ class Replay:
             if clock.progress is not None:
                 marker = Marker("in", partition, self.partitions, clock.progress)
                 self.finals.extend(self.store.advance(0, marker))
+        self.store.flush()
 
     def counted(self) -> int:
         return sum(emission.state["count"] for emission in self.finals)
@@ -255,11 +254,47 @@ def test_a_record_behind_a_closed_window_is_late_and_changes_nothing() -> None:
 
 def test_a_replayed_case_is_neither_late_nor_counted_twice() -> None:
     store = Replay(partitions=1).store
-    first = result("c1", T0 + 1, offset=1)
-    assert store.add(0, first, {}).counted == 1
+    assert store.add(0, result("c1", T0 + 1, offset=1), {}).counted == 1
+    assert store.add(0, result("c1", T0 + 1, offset=1), {}).replay  # re-sent: same offset
     store.advance(0, Marker("in", 0, 1, T0 + 80))  # the window closes
-    again = store.add(0, result("c1", T0 + 1, offset=7), {})
+    again = store.add(0, result("c1", T0 + 1, offset=1), {})
     assert again.replay and not again.late
+    later = store.add(0, result("c2", T0 + 2, offset=2), {})
+    assert later.late and not later.replay
+
+
+def test_hopping_windows_cost_one_pane_per_case_and_merge_on_emission() -> None:
+    hourly = [WindowConfig(size=3600, step=300)]
+    base = T0 + 60  # a whole five minutes
+    replay = Replay(partitions=1, windows=hourly)
+    replay.produce(0, *(base + 60 * i for i in range(130)))  # a case a minute, 130 minutes
+    replay.read(0, 130, base + 7800)
+    panes = [key for key in replay.tables["windows"] if key.startswith("pane|")]
+    assert len(panes) == 26  # one per 5 minutes, not one per window
+    replay.tick(base + 7800)
+    replay.tick(base + 7800 + IDLE)  # caught up and quiet: everything up to now closes
+    counts = {emission.window.start: emission.state["count"] for emission in replay.finals}
+    assert counts[base] == 60  # [base, base + 1h): sixty cases merged from twelve panes
+    assert counts[base - 3300] == 5  # the first window holding `base` has one pane of data
+    assert len(counts) == 26  # every window that ended by now, each closed once
+    assert len(replay.store.open_windows(0)) == 11  # the ones still open hold the rest
+    assert len([k for k in replay.tables["windows"] if k.startswith("pane|")]) == 11
+
+
+def test_each_changed_key_is_written_once_per_flush() -> None:
+    writes: list[str] = []
+
+    class Recording(dict[str, Any]):
+        def __setitem__(self, key: str, value: Any) -> None:
+            writes.append(key)
+            super().__setitem__(key, value)
+
+    store = WindowStore(Recording(), {}, configs=MINUTE, grace=GRACE, aggregators=AGGREGATORS)
+    for offset in range(100):
+        store.add(0, result(f"c{offset}", T0 + offset * 0.5, offset), {})
+    assert writes == []
+    assert store.flush(0) == 2  # the pane and its series
+    assert sorted(writes) == ["pane|safe|all|1m|1700000040.0", "series|safe|all|1m"]
 
 
 def test_interim_emissions_list_changed_windows_once() -> None:

@@ -311,7 +311,10 @@ class StreamSettings(Section):
     producer_max_batch_size: int | None = Field(default=None, ge=1)
     tick_interval: Duration = 1.0  # how often watermark markers go out
     marker_heartbeat: Duration = 5.0  # re-send unchanged progress this often
-    dedupe_horizon: Duration = 7200.0
+    # The aggregation stage applies micro-batches and writes each changed window state
+    # once per batch (write-back), before the batch is acknowledged.
+    aggregate_batch_size: int = Field(default=500, ge=1)
+    aggregate_batch_wait: Duration = 0.2
     connect_timeout: Duration = 15.0
 
 

@@ -1,24 +1,38 @@
 """The window state of the aggregation stage: progress, admission, dedupe, emission, expiry.
 
 Pure: no Faust, no Kafka, no clock. The store works over plain mutable mappings (Faust
-tables in production, dicts in tests), one stage partition at a time; everything it keeps
-is in those mappings except caches it can rebuild (`forget` drops them after a rebalance).
+tables in production, dicts in tests), one stage partition at a time.
 
-- `add` counts a result into the open windows of its event time. A window is closed once
-  the partition's watermark (the minimum progress over its upstream channels, see
-  `worker.eventtime`) reached `end + grace`; a result for a closed window is late: it
-  changes no aggregate. A replay (same case, same time, already counted) is skipped.
-- `advance` takes a watermark marker; the windows it closes come back as final
-  emissions, oldest end first, and their state is deleted, so each closes exactly once.
-- `pending` returns the interim state of windows changed since they were last emitted.
+- **Panes.** Every window configuration is cut into step-sized panes (a tumbling window is
+  one pane). A result updates one pane per configuration and segment, whatever the hop
+  count; a window's aggregate is the merge of its panes when it is emitted.
+- **Admission.** `add` counts a result into the pane of its event time unless every window
+  of that configuration containing it is closed (the partition's watermark, the minimum
+  progress of its upstream channels, reached `end + grace`): such a result is late and
+  changes no aggregate.
+- **Dedupe.** Contributions from one input partition reach a series (suite, segment,
+  configuration) in offset order, so a series keeps the highest input offset counted per
+  input partition: anything at or below it is a replay. Sessions (no input offset) are
+  deduplicated by id inside their pane.
+- **Emission.** `advance` takes a watermark marker and returns, oldest end first, the final
+  aggregates of the windows it closed (each once: a series remembers how far it closed),
+  then drops the panes no open window needs. `pending` returns interim aggregates of the
+  open windows whose panes changed.
+- **Write-back.** Changes stay in memory until `flush(partition)` writes each changed key
+  once (latest value), so a micro-batch costs one changelog record per pane and series it
+  touched, not one per result. Call it before the batch is acknowledged.
 
-Mapping layout: `windows[aggregate key] = {"state": window state, "partition": p}`;
-`seen["{suite}|{segment}|{kind}:{id}"] = [event time, p]`; `progress["agg|{p}"]` is the
-partition's `Watermark`.
+Mapping layout (`windows`): `pane|{suite}|{segment}|{config}|{pane start}` ->
+`{"state": aggregation state of the pane, "partition": p}`;
+`series|{suite}|{segment}|{config}` -> `{"partition", "suite", "segment", "config":
+[size, step], "closed_through": end of the last closed window or None, "high_water":
+{"topic:partition": offset}}`. `progress["agg|{p}"]` is the partition's `Watermark`.
 """
 
 from __future__ import annotations
 
+import copy
+import math
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Any
@@ -28,23 +42,24 @@ from worker import aggregation
 from worker.config import WindowConfig
 from worker.eventtime import Marker, Watermark
 from worker.suites.base import State, SuiteAggregator
-from worker.windows import WindowKey, assign_windows
+from worker.windows import WindowKey, windows_for
 
-SEEN_PURGE_EVERY = 30  # watermark advances of a partition between purges of `seen`
+PANE = "pane|"
+SERIES = "series|"
 
 
 @dataclass(frozen=True)
 class Admission:
     """What `add` did with a result."""
 
-    counted: int = 0  # windows it was counted into
+    counted: int = 0  # window configurations (and segments) it was counted into
     late: bool = False  # at least one of its windows was already closed
     replay: bool = False  # already counted: nothing changed
 
 
 @dataclass(frozen=True)
 class Emission:
-    """A window's state to publish: interim (`final` False) or final."""
+    """A window's aggregate state to publish: interim (`final` False) or final."""
 
     key: str  # the aggregate's Kafka key
     state: State
@@ -55,35 +70,41 @@ class Emission:
         return aggregation.window_of(self.state)
 
 
+def _step(config: WindowConfig) -> float:
+    return float(config.step) if config.step is not None else float(config.size)
+
+
+def _window_key(config: WindowConfig, start: float) -> WindowKey:
+    size = float(config.size)
+    step = None if config.step is None or config.step == config.size else float(config.step)
+    return WindowKey(size, step, start)
+
+
 class WindowStore:
     """Windowed aggregates of one worker's aggregation partitions over plain mappings."""
 
     def __init__(
         self,
         windows: MutableMapping[str, Any],
-        seen: MutableMapping[str, Any],
         progress: MutableMapping[str, Any],
         *,
         configs: list[WindowConfig],
         grace: float,
         aggregators: Mapping[str, SuiteAggregator],
         reservoir_size: int = aggregation.DEFAULT_RESERVOIR_SIZE,
-        dedupe_horizon: float = 7200.0,
         channel_groups: Mapping[str, int] | None = None,
     ) -> None:
         self.windows = windows
-        self.seen = seen
         self.progress = progress
-        self.configs = list(configs)
+        self.configs = {config.name: config for config in configs}
         self.grace = grace
         self.aggregators = aggregators
         self.reservoir_size = reservoir_size
-        self.dedupe_horizon = dedupe_horizon
         self.channel_groups = dict(channel_groups or {})
         self._watermarks: dict[int, Watermark] = {}
-        self._open: dict[int, set[str]] = {}
-        self._dirty: set[str] = set()
-        self._advances: dict[int, int] = {}
+        self._series: dict[int, dict[str, set[float]]] = {}  # series key -> pane starts
+        self._pending: dict[str, Any] = {}  # changed since the last flush
+        self._dirty_panes: set[str] = set()  # changed since the last interim emission
 
     # ---------------------------------------------------------------- progress
 
@@ -101,41 +122,63 @@ class WindowStore:
         return self.watermark(partition).has_passed(window.end + self.grace)
 
     def forget(self) -> None:
-        """Drop caches (after a rebalance another worker may have moved the state)."""
+        """Drop caches (after a rebalance another worker may have moved the state).
+        Anything not flushed is dropped too: its input was not acknowledged."""
         self._watermarks.clear()
-        self._open.clear()
-        self._dirty.clear()
+        self._series.clear()
+        self._pending.clear()
+        self._dirty_panes.clear()
 
     # ---------------------------------------------------------------- admission
 
     def add(self, partition: int, result: CaseResult, segment: Mapping[str, str]) -> Admission:
-        """Count `result` into its open windows for `segment`."""
+        """Count `result` into the pane of each window configuration for `segment`."""
         event_time = result.ts.timestamp()
-        seen_key = _seen_key(result, segment)
-        seen = self.seen.get(seen_key)
-        if seen is not None and seen[0] == event_time:
-            return Admission(replay=True)
-        keys = assign_windows(event_time, self.configs)
-        open_windows = [window for window in keys if not self.is_closed(partition, window)]
+        segkey = aggregation.segment_key(segment)
         aggregator = self.aggregators.get(result.suite)
-        index = self._index(partition)
         counted = 0
-        for window in open_windows:
-            key = aggregation.aggregate_key(result.suite, segment, window)
-            stored = self.windows.get(key)
+        late = replay = False
+        for name, config in self.configs.items():
+            series_key = f"{SERIES}{result.suite}|{segkey}|{name}"
+            series = self._series_state(series_key, partition, result.suite, segment, config)
+            if _is_replay(series, result):
+                replay = True
+                continue
+            windows = windows_for(event_time, config)
+            open_windows = [w for w in windows if not self.is_closed(partition, w)]
+            _remember(series, result)
+            self._pending[series_key] = series
+            if len(open_windows) < len(windows):
+                late = True
+            if not open_windows:
+                continue
+            step = _step(config)
+            pane_start = math.floor(event_time / step) * step
+            while pane_start > event_time:  # float rounding at a boundary
+                pane_start -= step
+            pane_key = f"{PANE}{result.suite}|{segkey}|{name}|{pane_start!r}"
+            stored = self._get(pane_key)
             state = (
                 stored["state"]
                 if stored
-                else aggregation.initialise(result.suite, segment, window, self.reservoir_size)
+                else aggregation.initialise(
+                    result.suite,
+                    segment,
+                    WindowKey(step, None, pane_start),
+                    self.reservoir_size,
+                )
             )
             state, applied = aggregation.update(state, result, aggregator)
             if applied:
-                self.windows[key] = {"state": state, "partition": partition}
-                index.add(key)
-                self._dirty.add(key)
+                self._pending[pane_key] = {"state": state, "partition": partition}
+                self._index(partition).setdefault(series_key, set()).add(pane_start)
+                self._dirty_panes.add(pane_key)
                 counted += 1
-        self.seen[seen_key] = [event_time, partition]
-        return Admission(counted=counted, late=len(open_windows) < len(keys))
+            else:
+                replay = True
+        if replay and not counted:
+            return Admission(replay=True)
+        return Admission(counted=counted, late=late)
 
     # ---------------------------------------------------------------- emission
 
@@ -146,80 +189,220 @@ class WindowStore:
         moved = watermark.observe(marker)
         if watermark.to_json() != before:
             self.progress[_progress_key(partition)] = watermark.to_json()
-        if not moved:
+        current = watermark.value()
+        if not moved or current is None:
             return []
-        self._advances[partition] = self._advances.get(partition, 0) + 1
-        if self._advances[partition] % SEEN_PURGE_EVERY == 0:
-            self._purge_seen(partition, watermark)
-        return self._close_due(partition)
+        return self._close_due(partition, current)
 
     def pending(self, partition: int) -> list[Emission]:
-        """Interim emissions of the partition's windows changed since last emitted."""
+        """Interim emissions of the open windows whose panes changed since last time."""
+        current = self.watermark(partition).value()
+        due: dict[str, tuple[str, WindowConfig, float]] = {}
+        for series_key, starts in self._index(partition).items():
+            series = self._get(series_key)
+            if series is None:
+                continue
+            config = self.configs.get(series["config_name"])
+            if config is None:
+                continue
+            for pane_start in starts:
+                pane_key = _pane_key(series_key, pane_start)
+                if pane_key not in self._dirty_panes:
+                    continue
+                self._dirty_panes.discard(pane_key)
+                for window in windows_for(pane_start, config):
+                    if current is not None and current >= window.end + self.grace:
+                        continue
+                    key = self._aggregate_key(series, window)
+                    due[key] = (series_key, config, window.start)
         emissions = []
-        for key in sorted(self._index(partition) & self._dirty):
-            stored = self.windows.get(key)
-            if stored is not None:
-                emissions.append(Emission(key, stored["state"], final=False))
-            self._dirty.discard(key)
+        for key in sorted(due):
+            series_key, config, start = due[key]
+            emissions.append(self._emission(series_key, config, start, key, final=False))
         return emissions
 
     def open_windows(self, partition: int) -> list[WindowKey]:
-        """The partition's open windows (for inspection and tests)."""
-        return sorted(
-            (aggregation.window_of(self.windows[key]["state"]) for key in self._index(partition)),
-            key=WindowKey.sort_key,
-        )
+        """Windows with data not closed yet (for inspection and tests)."""
+        current = self.watermark(partition).value()
+        found: set[WindowKey] = set()
+        for series_key, starts in self._index(partition).items():
+            series = self._get(series_key)
+            config = self.configs.get(series["config_name"]) if series else None
+            if config is None:
+                continue
+            for pane_start in starts:
+                for window in windows_for(pane_start, config):
+                    if current is None or current < window.end + self.grace:
+                        found.add(window)
+        return sorted(found, key=WindowKey.sort_key)
 
-    def _close_due(self, partition: int) -> list[Emission]:
-        index = self._index(partition)
-        closing = []
-        for key in index:
-            state = self.windows[key]["state"]
-            window = aggregation.window_of(state)
-            if self.is_closed(partition, window):
-                closing.append((window.end, key, state))
+    def _close_due(self, partition: int, watermark: float) -> list[Emission]:
+        closing: list[tuple[float, str, str, WindowConfig, float]] = []
+        for series_key, starts in self._index(partition).items():
+            series = self._get(series_key)
+            config = self.configs.get(series["config_name"]) if series else None
+            if series is None or config is None or not starts:
+                continue
+            closed_through = series.get("closed_through")
+            step = _step(config)
+            candidates = {
+                window.start
+                for pane_start in starts
+                for window in windows_for(pane_start, config)
+                if window.end + self.grace <= watermark
+                and (closed_through is None or window.end > closed_through)
+            }
+            for start in candidates:
+                window = _window_key(config, start)
+                key = self._aggregate_key(series, window)
+                closing.append((window.end, key, series_key, config, start))
+            boundary = math.floor((watermark - self.grace) / step) * step
+            if closed_through is None or boundary > closed_through:
+                series["closed_through"] = boundary
+                self._pending[series_key] = series
         closing.sort(key=lambda item: (item[0], item[1]))
-        emissions = []
-        for _end, key, state in closing:
-            del self.windows[key]
-            index.discard(key)
-            self._dirty.discard(key)
-            emissions.append(Emission(key, state, final=True))
+        emissions = [
+            self._emission(series_key, config, start, key, final=True)
+            for _end, key, series_key, config, start in closing
+        ]
+        self._drop_closed_panes(partition)
         return emissions
 
-    def _index(self, partition: int) -> set[str]:
-        """Keys of the partition's open windows, read from the mapping once."""
-        index = self._open.get(partition)
-        if index is None:
-            index = {
-                key
-                for key, stored in self.windows.items()
-                if isinstance(stored, dict) and stored.get("partition") == partition
+    def _drop_closed_panes(self, partition: int) -> None:
+        """Delete the panes every window of which has closed."""
+        for series_key, starts in self._index(partition).items():
+            series = self._get(series_key)
+            config = self.configs.get(series["config_name"]) if series else None
+            if series is None or config is None or series.get("closed_through") is None:
+                continue
+            closed_through = float(series["closed_through"])
+            for pane_start in sorted(starts):
+                if pane_start + float(config.size) > closed_through:
+                    break
+                self._delete(_pane_key(series_key, pane_start))
+                starts.discard(pane_start)
+
+    def _emission(
+        self, series_key: str, config: WindowConfig, start: float, key: str, final: bool
+    ) -> Emission:
+        """The window starting at `start`: the merge of its panes."""
+        series = self._get(series_key)
+        assert series is not None
+        window = _window_key(config, start)
+        step = _step(config)
+        aggregator = self.aggregators.get(series["suite"])
+        merged = aggregation.initialise(
+            series["suite"], series["segment"], window, self.reservoir_size
+        )
+        pane_start = start
+        while pane_start < window.end - step / 2:
+            stored = self._get(_pane_key(series_key, pane_start))
+            if stored is not None:
+                pane = copy.copy(stored["state"])
+                pane["window"] = merged["window"]
+                merged = aggregation.merge(merged, pane, aggregator)
+            pane_start += step
+        return Emission(key, merged, final)
+
+    # ---------------------------------------------------------------- write-back
+
+    def flush(self, partition: int | None = None) -> int:
+        """Write the changed keys (of `partition`, or all) to the mapping; how many."""
+        written = 0
+        for key, value in list(self._pending.items()):
+            if partition is not None and value.get("partition") != partition:
+                continue
+            self.windows[key] = value
+            del self._pending[key]
+            written += 1
+        return written
+
+    def pending_partitions(self) -> set[int]:
+        """Partitions with changes not flushed yet."""
+        return {int(value["partition"]) for value in self._pending.values()}
+
+    def _get(self, key: str) -> Any:
+        value = self._pending.get(key)
+        return value if value is not None else self.windows.get(key)
+
+    def _delete(self, key: str) -> None:
+        self._pending.pop(key, None)
+        self._dirty_panes.discard(key)
+        if key in self.windows:
+            del self.windows[key]
+
+    # ---------------------------------------------------------------- series
+
+    def _series_state(
+        self,
+        series_key: str,
+        partition: int,
+        suite: str,
+        segment: Mapping[str, str],
+        config: WindowConfig,
+    ) -> dict[str, Any]:
+        series = self._get(series_key)
+        if series is None:
+            series = {
+                "partition": partition,
+                "suite": suite,
+                "segment": dict(segment),
+                "config_name": config.name,
+                "closed_through": None,
+                "high_water": {},
             }
-            self._open[partition] = index
+            self._index(partition).setdefault(series_key, set())
+        return series
+
+    def _aggregate_key(self, series: Mapping[str, Any], window: WindowKey) -> str:
+        return aggregation.aggregate_key(series["suite"], series["segment"], window)
+
+    def _index(self, partition: int) -> dict[str, set[float]]:
+        """Series of the partition and their pane starts, read from the mapping once."""
+        index = self._series.get(partition)
+        if index is None:
+            index = {}
+            for key, value in list(self.windows.items()):
+                if not isinstance(value, dict) or value.get("partition") != partition:
+                    continue
+                if key.startswith(SERIES):
+                    index.setdefault(key, set())
+                elif key.startswith(PANE):
+                    series_key, _, start = key[len(PANE) :].rpartition("|")
+                    index.setdefault(SERIES + series_key, set()).add(float(start))
+            self._series[partition] = index
         return index
 
-    # ---------------------------------------------------------------- expiry
 
-    def _purge_seen(self, partition: int, watermark: Watermark) -> None:
-        """Forget case ids far behind the watermark: replays come within minutes, and
-        windows that old are closed anyway."""
-        current = watermark.value()
-        if current is None:
-            return
-        largest = max((float(config.size) for config in self.configs), default=0.0)
-        oldest_kept = current - largest - self.grace - self.dedupe_horizon
-        for key, (event_time, owner) in list(self.seen.items()):
-            if owner == partition and event_time < oldest_kept:
-                del self.seen[key]
+def _pane_key(series_key: str, pane_start: float) -> str:
+    return f"{PANE}{series_key[len(SERIES) :]}|{pane_start!r}"
 
 
 def _progress_key(partition: int) -> str:
     return f"agg|{partition}"
 
 
-def _seen_key(result: CaseResult, segment: Mapping[str, str]) -> str:
-    return f"{result.suite}|{aggregation.segment_key(segment)}|{aggregation.sample_id(result)}"
+def _source_key(result: CaseResult) -> str | None:
+    if result.source is None or result.kind == "session":
+        return None
+    return f"{result.source.topic}:{result.source.partition}"
 
 
-__all__ = ["SEEN_PURGE_EVERY", "Admission", "Emission", "WindowStore"]
+def _is_replay(series: Mapping[str, Any], result: CaseResult) -> bool:
+    """An input record this series already took (offsets arrive in order per partition)."""
+    source = _source_key(result)
+    if source is None:
+        return False
+    assert result.source is not None
+    mark = series["high_water"].get(source)
+    return mark is not None and result.source.offset <= mark
+
+
+def _remember(series: dict[str, Any], result: CaseResult) -> None:
+    source = _source_key(result)
+    if source is not None:
+        assert result.source is not None
+        series["high_water"][source] = result.source.offset
+
+
+__all__ = ["Admission", "Emission", "WindowStore"]

@@ -128,8 +128,7 @@ class ScorestreamApp:
         # with both internal topics.
         self.progress = table("progress")
         self.sessions = table("sessions")
-        self.windows = table("windows")
-        self.seen = table("seen")  # case ids already counted, per segment (replays)
+        self.windows = table("windows")  # panes and series of the aggregation stage
         self.gate_states = table("gates")
         judge = settings.alignment.judge
         self.scoring = ScoreStage(context, app)
@@ -140,9 +139,7 @@ class ScorestreamApp:
             self.executor,
             SafetyJudge(judge) if judge is not None else None,
         )
-        self.window_stage = WindowStage(
-            context, self.windows, self.seen, self.progress, self.gate_states
-        )
+        self.window_stage = WindowStage(context, self.windows, self.progress, self.gate_states)
         app.agent(self.topics.input, name="score")(self.scoring.agent)
         app.agent(self.topics.turns, name="sessions")(self.session_stage.agent)
         app.agent(self.topics.aggregate_input, name="windows")(self.window_stage.agent)

@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import orjson
-from faust.types import EventT, StreamT
+from faust.types import EventT
 
 from schemas.envelope import parse_event_time
 from schemas.outputs import Aggregate, CaseResult, RecordSource
@@ -21,7 +21,7 @@ from worker.config import Settings, WindowConfig
 from worker.engines import AGGREGATORS
 from worker.eventtime import Marker
 from worker.gates import GateEvaluator, applies_to, gate_key
-from worker.stream.context import StreamContext
+from worker.stream.context import StreamContext, event_context
 from worker.stream.publish import marker_of
 from worker.stream.scoring import INPUT_GROUP
 from worker.stream.sessions import SESSION_GROUP
@@ -48,7 +48,6 @@ class WindowStage:
         self,
         context: StreamContext,
         windows: MutableMapping[str, Any],
-        seen: MutableMapping[str, Any],
         progress: MutableMapping[str, Any],
         gates: MutableMapping[str, Any],
     ) -> None:
@@ -58,13 +57,11 @@ class WindowStage:
         self.gates = gates
         self.store = WindowStore(
             windows,
-            seen,
             progress,
             configs=gate_windows(settings),
             grace=settings.grace,
             aggregators=AGGREGATORS,
             reservoir_size=settings.reservoir_size,
-            dedupe_horizon=settings.stream.dedupe_horizon,
             channel_groups={INPUT_GROUP: 0, SESSION_GROUP: settings.stream.partitions},
         )
         self.last_interim: dict[int, float] = {}
@@ -76,9 +73,27 @@ class WindowStage:
         self.last_interim.clear()
         self.last_watermark.clear()
 
-    async def agent(self, stream: StreamT) -> None:
-        async for event in stream.events():
-            await self.process(event)
+    async def agent(self, stream: Any) -> None:  # faust.Stream: take_events
+        batch_size = self.settings.stream.aggregate_batch_size
+        wait = self.settings.stream.aggregate_batch_wait
+        async for events in stream.take_events(batch_size, within=wait):
+            await self.process_batch(list(events))
+
+    async def process_batch(self, events: list[EventT]) -> None:
+        """Apply a micro-batch in order, then write each window state it changed once.
+        The batch is acknowledged only after this returns, so after the flush."""
+        last_of: dict[int, EventT] = {}
+        for event in events:
+            partition = event.message.partition
+            last_of[partition] = event
+            with event_context(event):
+                await self.process(event)
+        for partition in sorted(self.store.pending_partitions()):
+            last = last_of.get(partition)
+            if last is None:  # a partition of no event in this batch: nothing to write
+                continue
+            with event_context(last):
+                self.store.flush(partition)
 
     async def process(self, event: EventT) -> None:
         data = orjson.loads(event.value)
@@ -87,7 +102,7 @@ class WindowStage:
         if marker is not None:
             await self.on_marker(partition, marker)
             return
-        result = _positioned_result(data["result"], event)
+        result = _result_of(data["result"])
         admission = self.store.add(partition, result, data["segment"])
         if admission.late and data["segment"] == {}:  # one count per result, not per segment
             self.context.telemetry.record_late(result.suite)
@@ -190,18 +205,16 @@ class WindowStage:
             self.gauges[key] = (gate, segment)
 
 
-def _positioned_result(data: dict[str, Any], event: EventT) -> CaseResult:
-    """A result read back for aggregation, without re-validating this worker's own output.
-
-    Its `source` becomes its position on the aggregate-input topic: the window state's
-    high-water mark then skips a replay of that topic after a crash.
-    """
-    message = event.message
-    source = RecordSource.model_construct(
-        topic=message.topic, partition=message.partition, offset=message.offset
-    )
+def _result_of(data: dict[str, Any]) -> CaseResult:
+    """A result read back for aggregation, without re-validating this worker's own output
+    (`source` is where its input record was read: the window store's dedupe key)."""
+    source = data.get("source")
     return CaseResult.model_construct(
-        **{**data, "ts": parse_event_time(data["ts"]), "source": source}
+        **{
+            **data,
+            "ts": parse_event_time(data["ts"]),
+            "source": None if source is None else RecordSource.model_construct(**source),
+        }
     )
 
 
