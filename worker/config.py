@@ -309,6 +309,9 @@ class StreamSettings(Section):
     heartbeat_interval: Duration = 3.0
     commit_interval: Duration = 2.8
     producer_max_batch_size: int | None = Field(default=None, ge=1)
+    # Table recovery asks a fetch for the end of each changelog partition instead of
+    # trusting ListOffsets (wrong on the embedded Tansu broker after batched produces).
+    exact_changelog_ends: bool = False
     tick_interval: Duration = 1.0  # how often watermark markers go out
     marker_heartbeat: Duration = 5.0  # re-send unchanged progress this often
     # The aggregation stage applies micro-batches and writes each changed window state

@@ -27,9 +27,11 @@ from typing import Any
 
 import faust
 
+from topics.provision import bootstrap_servers
 from worker.config import Settings
 from worker.engines import Engines
-from worker.kafka_security import faust_options, internal_topic_configs
+from worker.kafka_security import aiokafka_options, faust_options, internal_topic_configs
+from worker.stream.changelog_ends import exact_highwaters
 from worker.stream.context import StreamContext
 from worker.stream.publish import Publisher, StreamTopics
 from worker.stream.scoring import ScoreStage
@@ -145,6 +147,11 @@ class ScorestreamApp:
         app.agent(self.topics.aggregate_input, name="windows")(self.window_stage.agent)
         app.timer(settings.stream.tick_interval)(self._tick)
         app.on_startup_finished = self._on_ready
+        if settings.stream.exact_changelog_ends:
+            consumer = app.consumer
+            consumer.highwaters = exact_highwaters(  # type: ignore[method-assign,assignment]
+                consumer.highwaters, bootstrap_servers(broker), aiokafka_options(settings)
+            )
         app.on_partitions_revoked.connect(self._on_revoked)
 
     async def _on_ready(self) -> None:

@@ -1,0 +1,81 @@
+"""Exact end offsets of changelog partitions for table recovery on the embedded broker.
+
+Tansu answers ListOffsets(LATEST) with "base offset of the last batch + 1" after a
+multi-record batch, while its fetch responses carry the right high watermark. Faust's
+table recovery reads each changelog up to the ListOffsets answer, so with batching on it
+would stop short of the last batch and lose table state. `exact_highwaters` asks as Faust
+does, then fetches the last listed record once and takes the high watermark the fetch
+reports, which is right on both Tansu and Apache Kafka.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from faust.types import TP
+
+log = logging.getLogger("scorestream")
+
+Highwaters = Callable[..., Awaitable[Mapping[TP, int]]]
+
+
+async def fetched_highwaters(
+    bootstrap: str,
+    listed: Mapping[TP, int],
+    client_options: Mapping[str, Any] | None = None,
+    timeout: float = 10.0,
+) -> dict[TP, int]:
+    """The high watermark of each partition as a fetch at its last listed offset reports
+    it (never below the listed value); partitions listed empty are left as they are."""
+    ends = dict(listed)
+    wanted = {tp: end for tp, end in listed.items() if end and end > 0}
+    if not wanted:
+        return ends
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap,
+        group_id=None,
+        enable_auto_commit=False,
+        **dict(client_options or {}),
+    )
+    await consumer.start()
+    try:
+        partitions = {tp: TopicPartition(tp.topic, tp.partition) for tp in wanted}
+        consumer.assign(list(partitions.values()))
+        for tp, end in wanted.items():
+            consumer.seek(partitions[tp], end - 1)
+        deadline = asyncio.get_running_loop().time() + timeout
+        pending = set(wanted)
+        while pending and asyncio.get_running_loop().time() < deadline:
+            await consumer.getmany(*(partitions[tp] for tp in pending), timeout_ms=200)
+            for tp in list(pending):
+                fetched = consumer.highwater(partitions[tp])
+                if fetched is not None:
+                    ends[tp] = max(wanted[tp], fetched)
+                    pending.discard(tp)
+        if pending:
+            log.warning("no fetch answer for %s: using the listed end offsets", sorted(pending))
+    finally:
+        await consumer.stop()
+    return ends
+
+
+def exact_highwaters(
+    listed: Highwaters, bootstrap: str, client_options: Mapping[str, Any] | None = None
+) -> Highwaters:
+    """Wrap a Faust consumer's `highwaters` so changelog partitions get fetched ends."""
+
+    async def highwaters(*partitions: TP) -> Mapping[TP, int]:
+        answer = dict(await listed(*partitions))
+        changelogs = {tp: end for tp, end in answer.items() if tp.topic.endswith("-changelog")}
+        if changelogs:
+            answer.update(await fetched_highwaters(bootstrap, changelogs, client_options))
+        return answer
+
+    return highwaters
+
+
+__all__ = ["exact_highwaters", "fetched_highwaters"]
