@@ -244,3 +244,85 @@ def test_a_bad_trace_id_is_an_invalid_record(bad: Any) -> None:
         intake.decode_record(envelope(bad), 1 << 20)
     assert raised.value.reason == intake.INVALID_RECORD
     assert "trace_id" in raised.value.message
+
+
+# ---------------------------------------------------------------- `scorestream results`
+
+
+def published(
+    ident: str, composite: float, model: str, offset: int, labels: dict[str, str] | None = None
+) -> CaseResult:
+    item = result(ident, {"composite": composite}, offset=offset)
+    return item.model_copy(update={"model": model, "labels": labels or {}})
+
+
+def test_select_a_window_and_segment_worst_first_counting_a_republished_case_once() -> None:
+    from worker.drilldown import select, window_query
+
+    start = datetime.fromtimestamp(WINDOW.start, UTC)
+    results = [
+        published("a", 0.9, "m1", 0),
+        published("b", 0.2, "m1", 1),
+        published("c", 0.1, "m2", 2),
+        published("b", 0.2, "m1", 1),  # re-published after a restart
+        published("d", 0.5, "m9", 3, {"model": "m1"}),  # the label wins over the record's model
+    ]
+    late = published("e", 0.0, "m1", 4).model_copy(update={"ts": start + timedelta(minutes=1)})
+    query = window_query("safe", start, 60, {"model": "m1"}, metric="composite")
+    chosen = select([*results, late], query)
+    assert [r.id for r in chosen.results] == ["b", "d", "a"]
+    assert chosen.missing == []
+
+
+def test_select_a_gate_events_cases_in_its_order_and_names_the_missing() -> None:
+    from worker.drilldown import Query, select
+
+    start = datetime.fromtimestamp(WINDOW.start, UTC)
+    query = Query("safe", start, start, cases=(("c", "case"), ("x", "case"), ("a", "case")))
+    chosen = select([published("a", 0.9, "m1", 0), published("c", 0.1, "m2", 2)], query)
+    assert [r.id for r in chosen.results] == ["c", "a"]
+    assert chosen.missing == ["x"]
+
+
+def run_cli(*argv: str, stdin: str | None = None) -> tuple[int, str]:
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "worker", "results", *argv],
+        input=(stdin or "").encode(),
+        capture_output=True,
+        check=False,
+        timeout=60,
+    )
+    return done.returncode, done.stderr.decode()
+
+
+def test_results_usage_errors_are_one_line_and_exit_3(tmp_path: Any) -> None:
+    event = tmp_path / "event.json"
+    event.write_text('{"gate": "g", "state": "firing"}', encoding="utf-8")
+    code, err = run_cli("--gate-event", str(event), "--broker", "kafka://127.0.0.1:1")
+    assert code == 3
+    assert f"{event}: not a gate event: suite: Field required" in err
+    assert len(err.strip().splitlines()) == 1
+    code, err = run_cli("--gate-event", "-", "--broker", "kafka://127.0.0.1:1", stdin="{oops")
+    assert (code, err.startswith("scorestream results: <stdin>:1: not JSON")) == (3, True)
+    code, err = run_cli("--suite", "safe", "--window", "1m")
+    assert (code, "--window-start" in err) == (3, True)
+    code, err = run_cli(
+        *("--suite", "safe", "--window-start", "2026-01-01T12:00:00Z", "--window", "1m"),
+        *("--segment", "model", "--broker", "kafka://127.0.0.1:1"),
+    )
+    assert (code, "--segment: expected key=value" in err) == (3, True)
+
+
+def test_results_without_a_broker_is_one_line_and_exit_3() -> None:
+    code, err = run_cli(
+        *("--suite", "safe", "--window-start", "2026-01-01T12:00:00Z", "--window", "1m"),
+        *("--broker", "kafka://127.0.0.1:1"),
+    )
+    assert code == 3
+    assert err.strip().splitlines() == [
+        "scorestream results: cannot connect to the Kafka broker at 127.0.0.1:1 while "
+        "connecting the consumer (is it running, is the address right?)"
+    ]
