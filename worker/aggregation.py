@@ -140,7 +140,7 @@ def initialise(
     worst_k: int = DEFAULT_WORST_K,
 ) -> State:
     """Empty state of one (suite, segment, window); `reservoir_size` bounds CI samples,
-    `worst_k` the worst cases kept per metric."""
+    `worst_k` the worst cases kept per metric (0: none)."""
     return {
         "v": STATE_VERSION,
         "suite": suite,
@@ -234,7 +234,8 @@ def update(
         if value is not None and math.isfinite(value):
             moments.add(float(value))
             _sample_add(sample, ident, float(value))
-            _worst_add(worst.setdefault(metric, []), metric, result, float(value), worst_k)
+            if worst_k > 0:
+                _worst_add(worst.setdefault(metric, []), metric, result, float(value), worst_k)
         state["moments"][metric] = moments.to_json()
     if result.label is not None:
         state["label_counts"][result.label] = state["label_counts"].get(result.label, 0) + 1
@@ -283,6 +284,12 @@ def _worst_add(
     entries: list[list[Any]], metric: str, result: CaseResult, value: float, worst_k: int
 ) -> None:
     """Keep `result` among the `worst_k` worst entries of `metric` if it is one of them."""
+    if len(entries) >= worst_k:  # the common case, without building an entry: not worse
+        sign = -1.0 if metric in HIGHER_IS_WORSE else 1.0
+        bound = entries[-1]
+        mine, theirs = sign * value, sign * bound[0]
+        if mine > theirs or (mine == theirs and (result.id, result.kind) >= (bound[1], bound[2])):
+            return
     order = _worst_order(metric)
     entry = [
         value,
@@ -293,8 +300,6 @@ def _worst_add(
         result.model,
         result.trace_id,
     ]
-    if len(entries) >= worst_k and order(entry) >= order(entries[-1]):
-        return  # the common case: not among the worst
     entries[:] = [kept for kept in entries if (kept[1], kept[2]) != (entry[1], entry[2])]
     insort(entries, entry, key=order)
     del entries[worst_k:]
