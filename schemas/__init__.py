@@ -2,6 +2,7 @@
 
 from schemas.envelope import (
     SUITES,
+    TRACE_ID_PATTERN,
     AlignmentPayload,
     AlignmentRecord,
     AlignmentSessionPayload,
@@ -35,10 +36,12 @@ from schemas.outputs import (
     SafeFigures,
     Versions,
     WindowSpan,
+    WorstCase,
 )
 
 __all__ = [
     "SUITES",
+    "TRACE_ID_PATTERN",
     "Aggregate",
     "AlignmentFigures",
     "AlignmentPayload",
@@ -69,5 +72,6 @@ __all__ = [
     "SuiteName",
     "Versions",
     "WindowSpan",
+    "WorstCase",
     "parse_event_time",
 ]

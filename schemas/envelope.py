@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from typing import Annotated, Literal
 
@@ -10,6 +11,9 @@ from pydantic import Field, field_validator
 from schemas._base import InputModel, PayloadModel
 
 SuiteName = Literal["alignment", "extraction", "safe"]
+# An OpenTelemetry (W3C trace-context) trace id: 32 lowercase hex digits, not all zero.
+TRACE_ID_PATTERN = r"^[0-9a-f]{32}$"
+INVALID_TRACE_ID = "0" * 32
 SUITES: tuple[SuiteName, ...] = ("alignment", "extraction", "safe")
 
 # ---------------------------------------------------------------- safe
@@ -130,6 +134,18 @@ class _EnvelopeBase(InputModel):
     ts: str | int | None = None
     model: str | None = None
     labels: dict[str, str] = Field(default_factory=dict)
+    trace_id: str | None = None
+
+    @field_validator("trace_id")
+    @classmethod
+    def _trace_id_is_otel(cls, value: str | None) -> str | None:
+        if value is not None and (
+            not re.fullmatch(TRACE_ID_PATTERN, value) or value == INVALID_TRACE_ID
+        ):
+            raise ValueError(
+                "trace_id must be an OpenTelemetry trace id: 32 lowercase hex digits, not all 0"
+            )
+        return value
 
     @field_validator("ts")
     @classmethod
@@ -166,6 +182,7 @@ Payload = SafePayload | ExtractionPayload | AlignmentPayload
 
 __all__ = [
     "SUITES",
+    "TRACE_ID_PATTERN",
     "AlignmentPayload",
     "AlignmentRecord",
     "AlignmentSessionPayload",

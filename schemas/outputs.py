@@ -8,7 +8,7 @@ from typing import Literal
 from pydantic import Field, JsonValue
 
 from schemas._base import OutputModel
-from schemas.envelope import SuiteName
+from schemas.envelope import TRACE_ID_PATTERN, SuiteName
 
 Label = Literal["Pass", "Review", "Fail"]
 Grade = Literal["A", "B", "C", "D", "F"]
@@ -49,6 +49,8 @@ class CaseResult(OutputModel):
     source: RecordSource | None = None
     scored_at: datetime
     latency_ms: float | None = None
+    # The input envelope's OpenTelemetry trace id, echoed (32 lowercase hex digits).
+    trace_id: str | None = Field(default=None, pattern=TRACE_ID_PATTERN)
 
 
 class WindowSpan(OutputModel):
@@ -66,6 +68,19 @@ class MetricSummary(OutputModel):
     std: float | None
     ci_low: float | None = None
     ci_high: float | None = None
+
+
+class WorstCase(OutputModel):
+    """One of the worst cases of a window for a metric: enough to find its result
+    (`{suite}:{id}` on the results topic) and its trace."""
+
+    id: str
+    kind: Literal["case", "turn", "session"]
+    ts: datetime
+    value: float
+    label: Label | None = None
+    model: str | None = None
+    trace_id: str | None = None
 
 
 class ArchetypeFigures(OutputModel):
@@ -116,6 +131,9 @@ class Aggregate(OutputModel):
     extraction: ExtractionFigures | None = None
     alignment: AlignmentFigures | None = None
     emitted_at: datetime
+    # Final aggregates: the k worst cases per drill-down metric (the suite's headline
+    # metrics and the gated ones), worst first; ties broken by id.
+    worst: dict[str, list[WorstCase]] | None = None
 
 
 class GateEvent(OutputModel):
@@ -136,6 +154,10 @@ class GateEvent(OutputModel):
     # Why the state changed when it is not the value: "no_data" (the segment has had no
     # cases for the gate's `stale_after`).
     reason: str | None = None
+    # The window's worst cases for `worst_metric` (the gate's metric when it is a per-case
+    # score, else the suite's headline metric), worst first.
+    worst_metric: str | None = None
+    worst: list[WorstCase] | None = None
 
 
 class DeadLetterError(OutputModel):
@@ -181,4 +203,5 @@ __all__ = [
     "SafeFigures",
     "Versions",
     "WindowSpan",
+    "WorstCase",
 ]

@@ -15,7 +15,15 @@ State layout (version 1):
      "label_counts": {"Pass"|"Review"|"Fail": int}, "grade_counts": {"A".."F": int},
      "suite_state": <SuiteAggregator state> | None,
      "high_water": {"topic:partition": [last_offset, [sample_ids at last_offset]]},
-     "seen_ids": [sample_id, ...]}
+     "seen_ids": [sample_id, ...],
+     "worst_k": int,                                                   # optional
+     "worst": {metric: [[value, id, kind, ts, label, model, trace_id], ...]}}  # optional
+
+`worst` keeps, per metric, the `worst_k` worst cases of the window (lowest value first,
+highest for the metrics in `HIGHER_IS_WORSE`; ties by id then kind): the drill-down from
+an aggregate or a gate event to its cases. It is bounded and exactly mergeable: the worst
+k of a union are among the worst k of each part. States without it (written before it
+existed) read as empty.
 
 Replays are not counted twice. A result with a `source` is a replay when its input offset
 is below the high water of its input partition, or equal to it with an id already
@@ -41,6 +49,7 @@ from schemas.outputs import (
     ExtractionFigures,
     MetricSummary,
     SafeFigures,
+    WorstCase,
 )
 from worker.stats import Moments, Reservoir, bootstrap_ci, sample_key
 from worker.suites.base import Scored, State, SuiteAggregator
@@ -48,6 +57,15 @@ from worker.windows import WindowKey
 
 STATE_VERSION = 1
 DEFAULT_RESERVOIR_SIZE = 512
+DEFAULT_WORST_K = 5
+# Per-case metrics where a higher value is the worse case (1.0 = hallucinated).
+HIGHER_IS_WORSE = frozenset({"hallucinated"})
+# Each suite's headline per-case metrics: final aggregates always list their worst cases.
+HEADLINE_METRICS: dict[str, tuple[str, ...]] = {
+    "safe": ("composite",),
+    "extraction": ("strict_f1",),
+    "alignment": ("safety", "overall"),
+}
 ALL_CASES = "all"
 UNKNOWN = "unknown"
 
@@ -119,8 +137,10 @@ def initialise(
     segment: Mapping[str, str],
     window: WindowKey,
     reservoir_size: int = DEFAULT_RESERVOIR_SIZE,
+    worst_k: int = DEFAULT_WORST_K,
 ) -> State:
-    """Empty state of one (suite, segment, window); `reservoir_size` bounds CI samples."""
+    """Empty state of one (suite, segment, window); `reservoir_size` bounds CI samples,
+    `worst_k` the worst cases kept per metric (0: none)."""
     return {
         "v": STATE_VERSION,
         "suite": suite,
@@ -135,6 +155,8 @@ def initialise(
         "suite_state": None,
         "high_water": {},
         "seen_ids": [],
+        "worst_k": worst_k,
+        "worst": {},
     }
 
 
@@ -204,12 +226,16 @@ def update(
     state["count"] += 1
     ident = sample_id(result)
     capacity = int(state["reservoir_size"])
+    worst = state.setdefault("worst", {})
+    worst_k = int(state.get("worst_k", DEFAULT_WORST_K))
     for metric, value in result.scores.items():
         moments = Moments.from_json(state["moments"].get(metric, Moments().to_json()))
         sample = state["samples"].setdefault(metric, {"capacity": capacity, "items": {}})
         if value is not None and math.isfinite(value):
             moments.add(float(value))
             _sample_add(sample, ident, float(value))
+            if worst_k > 0:
+                _worst_add(worst.setdefault(metric, []), metric, result, float(value), worst_k)
         state["moments"][metric] = moments.to_json()
     if result.label is not None:
         state["label_counts"][result.label] = state["label_counts"].get(result.label, 0) + 1
@@ -242,6 +268,77 @@ def _sample_add(sample: dict[str, Any], ident: str, value: float) -> None:
     del items[max(items, key=sample_key)]
     items[ident] = value
     sample["cutoff"] = max(sample_key(item) for item in items)
+
+
+def _worst_order(metric: str) -> Any:
+    """Sort key of worst-case entries of `metric`: worst first, then by id and kind."""
+    sign = -1.0 if metric in HIGHER_IS_WORSE else 1.0
+
+    def order(entry: Sequence[Any]) -> tuple[float, str, str]:
+        return (sign * entry[0], entry[1], entry[2])
+
+    return order
+
+
+def _worst_add(
+    entries: list[list[Any]], metric: str, result: CaseResult, value: float, worst_k: int
+) -> None:
+    """Keep `result` among the `worst_k` worst entries of `metric` if it is one of them."""
+    if len(entries) >= worst_k:  # the common case, without building an entry: not worse
+        sign = -1.0 if metric in HIGHER_IS_WORSE else 1.0
+        bound = entries[-1]
+        mine, theirs = sign * value, sign * bound[0]
+        if mine > theirs or (mine == theirs and (result.id, result.kind) >= (bound[1], bound[2])):
+            return
+    order = _worst_order(metric)
+    entry = [
+        value,
+        result.id,
+        result.kind,
+        result.ts.timestamp(),
+        result.label,
+        result.model,
+        result.trace_id,
+    ]
+    entries[:] = [kept for kept in entries if (kept[1], kept[2]) != (entry[1], entry[2])]
+    insort(entries, entry, key=order)
+    del entries[worst_k:]
+
+
+def merge_worst(
+    left: Mapping[str, list[list[Any]]], right: Mapping[str, list[list[Any]]], worst_k: int
+) -> dict[str, list[list[Any]]]:
+    """The worst cases of the union of two windows' results, per metric (a case in both
+    is kept once)."""
+    merged: dict[str, list[list[Any]]] = {}
+    for metric in sorted({*left, *right}):
+        unique: dict[tuple[str, str], list[Any]] = {}
+        for entry in [*left.get(metric, []), *right.get(metric, [])]:
+            unique.setdefault((entry[1], entry[2]), list(entry))
+        merged[metric] = sorted(unique.values(), key=_worst_order(metric))[:worst_k]
+    return merged
+
+
+def worst_cases(state: State, metric: str) -> list[WorstCase]:
+    """The window's worst cases for `metric`, worst first (empty when none kept)."""
+    return [
+        WorstCase(
+            id=ident,
+            kind=kind,
+            ts=datetime.fromtimestamp(ts, UTC),
+            value=value,
+            label=label,
+            model=model,
+            trace_id=trace_id,
+        )
+        for value, ident, kind, ts, label, model, trace_id in state.get("worst", {}).get(metric, [])
+    ]
+
+
+def drilldown_metrics(suite: str, extra: Sequence[str] = ()) -> list[str]:
+    """The metrics whose worst cases a final aggregate lists: the suite's headline
+    metrics, then `extra` (e.g. the gated metrics), without repeats."""
+    return list(dict.fromkeys([*HEADLINE_METRICS.get(suite, ()), *extra]))
 
 
 def _merge_samples(
@@ -280,6 +377,9 @@ def merge(left: State, right: State, aggregator: SuiteAggregator | None) -> Stat
     moments = {}
     samples = {}
     capacity = max(int(left["reservoir_size"]), int(right["reservoir_size"]))
+    worst_k = max(
+        int(left.get("worst_k", DEFAULT_WORST_K)), int(right.get("worst_k", DEFAULT_WORST_K))
+    )
     for metric in sorted({*left["moments"], *right["moments"]}):
         moments[metric] = (
             Moments.from_json(left["moments"].get(metric, Moments().to_json()))
@@ -310,6 +410,8 @@ def merge(left: State, right: State, aggregator: SuiteAggregator | None) -> Stat
         "suite_state": suite_state,
         "high_water": _merge_high_water(left["high_water"], right["high_water"]),
         "seen_ids": sorted({*left["seen_ids"], *right["seen_ids"]}),
+        "worst_k": worst_k,
+        "worst": merge_worst(left.get("worst", {}), right.get("worst", {}), worst_k),
     }
 
 
@@ -358,12 +460,14 @@ def to_message(
     emitted_at: datetime,
     aggregator: SuiteAggregator | None,
     confidence_intervals: bool = True,
+    worst_metrics: Sequence[str] = (),
 ) -> Aggregate:
     """The `llm.eval.aggregates.v1` value of a window state.
 
     The suite's figures (`aggregator.figures`) go into `safe`, `extraction` or
     `alignment` by suite. `confidence_intervals=False` skips the bootstrap (cheaper for
-    frequent interim emissions).
+    frequent interim emissions). A final aggregate lists the worst cases of the suite's
+    headline metrics and of `worst_metrics` (those with values in the window).
     """
     suite = state["suite"]
     figures: dict[str, Any] = {}
@@ -388,18 +492,33 @@ def to_message(
         label_counts=dict(state["label_counts"]),
         pass_rate=pass_rate(state),
         emitted_at=emitted_at,
+        worst=_worst_listing(state, worst_metrics) if final else None,
         **figures,
     )
+
+
+def _worst_listing(state: State, extra: Sequence[str]) -> dict[str, list[WorstCase]]:
+    listing = {}
+    for metric in drilldown_metrics(state["suite"], extra):
+        cases = worst_cases(state, metric)
+        if cases:
+            listing[metric] = cases
+    return listing
 
 
 __all__ = [
     "ALL_CASES",
     "DEFAULT_RESERVOIR_SIZE",
+    "DEFAULT_WORST_K",
+    "HEADLINE_METRICS",
+    "HIGHER_IS_WORSE",
     "aggregate_key",
+    "drilldown_metrics",
     "format_window_start",
     "initialise",
     "is_replay",
     "merge",
+    "merge_worst",
     "metric_summary",
     "pass_rate",
     "sample_id",
@@ -409,4 +528,5 @@ __all__ = [
     "to_message",
     "update",
     "window_of",
+    "worst_cases",
 ]

@@ -74,6 +74,25 @@ def build_parser() -> argparse.ArgumentParser:
     topics.add_argument("action", choices=["create", "list"])
     _kafka_options(topics)
 
+    results = commands.add_parser(
+        "results",
+        help="print the results of a window and segment, or of a gate event's worst cases",
+        description="Read the results topic and print the cases of a window and segment "
+        "(--suite, --window-start, --window, --segment) or the worst cases a gate event "
+        "lists (--gate-event FILE, - for stdin). Exit 1 when a listed case is not found.",
+    )
+    results.add_argument("--suite", choices=["alignment", "extraction", "safe"])
+    results.add_argument("--window-start", help="RFC 3339 start, e.g. 2026-01-01T12:00:00Z")
+    results.add_argument("--window", help="window size, e.g. 1m")
+    results.add_argument(
+        "--segment", action="append", help="key=value[,key=value] (default: all cases)"
+    )
+    results.add_argument("--gate-event", metavar="FILE", help="a gate event JSON file, or -")
+    results.add_argument("--metric", help="order by this metric, worst first")
+    results.add_argument("--limit", type=int, help="print at most this many cases")
+    results.add_argument("--format", default="console", choices=["console", "json"])
+    _kafka_options(results)
+
     compare = commands.add_parser("compare", help="regression report of two JSON reports")
     compare.add_argument("baseline", metavar="BASELINE")
     compare.add_argument("candidate", metavar="CANDIDATE")
@@ -89,6 +108,7 @@ HANDLERS = {
     "produce": "worker.commands.stream",
     "topics": "worker.commands.stream",
     "demo": "worker.commands.demo",
+    "results": "worker.commands.results",
 }
 
 

@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from schemas.outputs import Aggregate, GateEvent, WindowSpan
-from worker.aggregation import segment_key
+from schemas.outputs import Aggregate, GateEvent, WindowSpan, WorstCase
+from worker.aggregation import HEADLINE_METRICS, segment_key
 from worker.config import GateConfig
 
 _OPS: dict[str, Callable[[float, float], bool]] = {
@@ -73,6 +73,22 @@ def gate_value(gate: GateConfig, aggregate: Aggregate) -> float | None:
     if value is None or not math.isfinite(value):
         return None
     return value
+
+
+def gated_metrics(gates: Iterable[GateConfig], suite: str) -> list[str]:
+    """The metrics the gates of `suite` watch: final aggregates list their worst cases."""
+    return list(dict.fromkeys(gate.metric for gate in gates if gate.suite == suite))
+
+
+def drilldown(gate: GateConfig, aggregate: Aggregate) -> tuple[str | None, list[WorstCase] | None]:
+    """The metric and worst cases a gate event points to: the gate's metric when the
+    aggregate lists worst cases for it (a per-case score), else the suite's first headline
+    metric that it lists; `(None, None)` when it lists none."""
+    listed = aggregate.worst or {}
+    for metric in (gate.metric, *HEADLINE_METRICS.get(gate.suite, ())):
+        if metric in listed:
+            return metric, list(listed[metric])
+    return None, None
 
 
 def applies_to(gate: GateConfig, aggregate: Aggregate) -> bool:
@@ -179,7 +195,9 @@ class GateEvaluator:
         window: WindowSpan,
         ts: datetime,
         reason: str | None = None,
+        aggregate: Aggregate | None = None,
     ) -> GateEvent:
+        worst_metric, worst = (None, None) if aggregate is None else drilldown(gate, aggregate)
         return GateEvent(
             gate=gate.name,
             state="firing" if state.firing else "resolved",
@@ -194,6 +212,8 @@ class GateEvaluator:
             window=window,
             ts=ts,
             reason=reason,
+            worst_metric=worst_metric,
+            worst=worst,
         )
 
     def _evaluate_one(
@@ -220,7 +240,18 @@ class GateEvaluator:
             state.firing = False
         else:
             return None
-        return self._event(gate, state, value, aggregate.count, aggregate.window, ts)
+        return self._event(
+            gate, state, value, aggregate.count, aggregate.window, ts, aggregate=aggregate
+        )
 
 
-__all__ = ["NO_DATA", "GateEvaluator", "GateState", "applies_to", "gate_key", "gate_value"]
+__all__ = [
+    "NO_DATA",
+    "GateEvaluator",
+    "GateState",
+    "applies_to",
+    "drilldown",
+    "gate_key",
+    "gate_value",
+    "gated_metrics",
+]

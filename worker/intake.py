@@ -162,8 +162,10 @@ def build_result(
     source: SourcePosition | None,
     scored_at: datetime,
     received_at: datetime | None = None,
+    trace_id: str | None = None,
 ) -> CaseResult:
-    """A `CaseResult` message from a pure `Scored` and the record's metadata."""
+    """A `CaseResult` message from a pure `Scored` and the record's metadata (`trace_id`:
+    the envelope's OpenTelemetry trace id, echoed)."""
     latency_ms = None
     if received_at is not None:
         latency_ms = max(0.0, (scored_at - received_at).total_seconds() * 1000.0)
@@ -186,6 +188,7 @@ def build_result(
             else RecordSource(topic=source.topic, partition=source.partition, offset=source.offset),
             "scored_at": scored_at,
             "latency_ms": latency_ms,
+            "trace_id": trace_id,
         },
         strict=False,
     )

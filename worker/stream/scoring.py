@@ -101,6 +101,7 @@ class ScoreStage:
             source=source,
             scored_at=self.context.now(),
             received_at=received,
+            trace_id=record.trace_id,
         )
         await self.publisher.result(result)
         observe(self.context, result, elapsed)

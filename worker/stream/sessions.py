@@ -287,6 +287,7 @@ class SessionStage:
             source=context.source,
             scored_at=self.context.now(),
             received_at=context.received,
+            trace_id=context.record.trace_id,
         )
         await self.publisher.result(result, aggregate=False)  # windows count sessions
         observe(self.context, result, elapsed)

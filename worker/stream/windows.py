@@ -20,7 +20,7 @@ from worker import aggregation
 from worker.config import Settings, WindowConfig
 from worker.engines import AGGREGATORS
 from worker.eventtime import Marker
-from worker.gates import GateEvaluator, applies_to, gate_key
+from worker.gates import GateEvaluator, applies_to, gate_key, gated_metrics
 from worker.stream.context import StreamContext, event_context
 from worker.stream.publish import marker_of
 from worker.stream.scoring import INPUT_GROUP
@@ -131,6 +131,7 @@ class WindowStage:
             self.context.now(),
             aggregator,
             confidence_intervals=emission.final,
+            worst_metrics=gated_metrics(self.settings.gates, state["suite"]),
         )
         await self.publisher.aggregate(emission.key, message)
         window = emission.window
