@@ -272,6 +272,26 @@ class JudgeSettings(Section):
     max_total: int | None = Field(default=None, ge=0)
 
 
+class EmbeddingSettings(Section):
+    """How all-MiniLM-L6-v2 runs. `onnx`: an ONNX Runtime export of the shipped weights,
+    made once into `cache_dir` (default `~/.cache/scorestream/onnx`); torch is the fallback
+    when onnxruntime is missing or the export fails. `int8` (onnx only) is about twice as
+    fast again but moves the vectors (see `bench/embedding.py`). `threads` unset: all
+    cores. `batch_size`: texts per forward pass inside one encode call."""
+
+    backend: Literal["onnx", "torch"] = "onnx"
+    precision: Literal["fp32", "int8"] = "fp32"
+    threads: int | None = Field(default=None, ge=1)
+    batch_size: int = Field(default=32, ge=1)
+    cache_dir: Path | None = None
+
+    @model_validator(mode="after")
+    def _int8_needs_onnx(self) -> EmbeddingSettings:
+        if self.precision == "int8" and self.backend != "onnx":
+            raise ValueError("precision int8 needs backend onnx")
+        return self
+
+
 class AlignmentSettings(Section):
     personas_dir: Path | None = None
     safety_patterns: Path | None = None
@@ -283,6 +303,7 @@ class AlignmentSettings(Section):
     session_idle_timeout: Duration = 300.0
     max_turns_per_session: int = Field(default=200, ge=2)
     judge: JudgeSettings | None = None
+    embedding: EmbeddingSettings = Field(default_factory=EmbeddingSettings)
 
 
 # ---------------------------------------------------------------- root

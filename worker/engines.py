@@ -17,7 +17,7 @@ from schemas.outputs import Versions
 from worker.config import Settings
 from worker.intake import UNKNOWN_PERSONA, UNKNOWN_SCHEMA, Rejected, scorer_versions
 from worker.suites import extraction, safe
-from worker.suites.alignment.embedding import Embedder, MiniLMEmbedder
+from worker.suites.alignment.embedding import Embedder, embedder_from_settings
 from worker.suites.alignment.personas import PersonaCatalog
 from worker.suites.alignment.safety import SafetyPatterns, patterns_from_settings
 from worker.suites.alignment.scoring import (
@@ -42,7 +42,7 @@ class Engines:
 
     @classmethod
     def load(cls, settings: Settings, embedder: Embedder | None = None) -> Engines:
-        embedder = embedder or MiniLMEmbedder()
+        embedder = embedder or embedder_from_settings(settings)
         return cls(
             settings=settings,
             extraction_context=extraction.load_context(settings.extraction),

@@ -2,7 +2,7 @@
 
 For the streaming worker, load once per process::
 
-    embedder = MiniLMEmbedder(batch_size=settings.embedding_batch_size)
+    embedder = embedder_from_settings(settings)   # alignment.embedding: onnx or torch
     catalog = PersonaCatalog.from_settings(settings, embedder)   # personas, vectors cached
     patterns = patterns_from_settings(settings)                  # safety patterns, cached
 
@@ -15,7 +15,12 @@ too, so that the judge sees the same conversation as offline), and on close
 """
 
 from worker.suites.alignment.batch import AlignmentBatchReport, make_batch_scorer
-from worker.suites.alignment.embedding import Embedder, HashingEmbedder, MiniLMEmbedder
+from worker.suites.alignment.embedding import (
+    Embedder,
+    HashingEmbedder,
+    MiniLMEmbedder,
+    embedder_from_settings,
+)
 from worker.suites.alignment.personas import (
     Persona,
     PersonaCatalog,
@@ -44,6 +49,7 @@ __all__ = [
     "SafetyPatterns",
     "SessionState",
     "TurnScore",
+    "embedder_from_settings",
     "load_personas",
     "make_batch_scorer",
     "patterns_from_settings",

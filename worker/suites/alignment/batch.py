@@ -25,7 +25,7 @@ from schemas._base import PayloadModel
 from schemas.envelope import AlignmentSessionPayload, AlignmentTurnPayload
 from worker.config import ConfigError, Settings
 from worker.stats import bootstrap_ci
-from worker.suites.alignment.embedding import Embedder, MiniLMEmbedder
+from worker.suites.alignment.embedding import Embedder, embedder_from_settings
 from worker.suites.alignment.judge import JudgeStats, SafetyJudge
 from worker.suites.alignment.personas import PersonaCatalog, personas_from_settings
 from worker.suites.alignment.safety import patterns_from_settings
@@ -285,9 +285,7 @@ class AlignmentBatchScorer:
         self.options = options
         if options.judge and settings.alignment.judge is None:
             raise ConfigError("--judge needs an alignment.judge section in the configuration")
-        self.embedder: Embedder = embedder or MiniLMEmbedder(
-            batch_size=settings.embedding_batch_size
-        )
+        self.embedder: Embedder = embedder or embedder_from_settings(settings)
         self.catalog = PersonaCatalog(personas_from_settings(settings), self.embedder)
         self.patterns = patterns_from_settings(settings)
 
