@@ -144,19 +144,19 @@ def test_demo_settings_resolve_paths_and_tune_for_tansu(
     assert settings.extraction.schemas["duee_fin"].is_file()
     assert settings.alignment.personas_dir is not None
     assert (settings.alignment.personas_dir / "ledgerline.yaml").is_file()
-    assert settings.stream.producer_max_batch_size == 1
+    assert settings.stream.exact_changelog_ends
     assert settings.stream.session_timeout == 6
     assert {gate.name for gate in settings.gates} == {"safe-ci-gate", "safety-drop"}
 
     config = tmp_path / "mine.yaml"
     config.write_text(
-        f"stream: {{session_timeout: 9, producer_max_batch_size: 16}}\n"
+        f"stream: {{session_timeout: 9, exact_changelog_ends: false}}\n"
         f"extraction: {{schemas: {{x: {REPO}/examples/extraction/duee_fin_schema.jsonl}}}}\n"
     )
     mine = demo_settings(str(config))
     assert mine.stream.session_timeout == 9  # the file's choice is kept
     assert mine.stream.heartbeat_interval == 1
-    assert mine.stream.producer_max_batch_size == 1  # always: Tansu needs it
+    assert mine.stream.exact_changelog_ends  # always: Tansu's ListOffsets is short
 
 
 def test_demo_settings_bad_config_is_a_usage_error(tmp_path: Path) -> None:

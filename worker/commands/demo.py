@@ -89,7 +89,7 @@ def demo_settings(config: str | None) -> Settings:
         raise UsageError(str(exc)) from None
     chosen = settings.stream.model_fields_set
     tuning = {k: v for k, v in EMBEDDED_STREAM.items() if k not in chosen}
-    tuning["producer_max_batch_size"] = 1
+    tuning["exact_changelog_ends"] = True  # always: Tansu's ListOffsets is short
     stream = settings.stream.model_validate({**settings.stream.model_dump(), **tuning})
     settings = settings.model_copy(update={"stream": stream})
     return resolve_paths(settings, path.resolve().parent)
