@@ -339,3 +339,13 @@ def test_unparseable_times_are_invalid_timestamp_dead_letters(ts: str) -> None:
     with pytest.raises(intake.Rejected) as rejected:
         intake.decode_record(raw, 1 << 20)
     assert rejected.value.reason == "invalid_timestamp"
+
+
+def test_interim_emission_of_a_hopping_pane_is_its_newest_window_only() -> None:
+    hourly = [WindowConfig(size=3600, step=300)]
+    store = WindowStore({}, {}, configs=hourly, grace=GRACE, aggregators=AGGREGATORS)
+    base = T0 + 60  # a whole five minutes
+    store.add(0, result("a", base + 10, 1), {})
+    [emission] = store.pending(0)
+    assert emission.window.start == base and emission.window.size == 3600
+    assert not emission.final and emission.state["count"] == 1

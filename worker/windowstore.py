@@ -17,7 +17,8 @@ tables in production, dicts in tests), one stage partition at a time.
 - **Emission.** `advance` takes a watermark marker and returns, oldest end first, the final
   aggregates of the windows it closed (each once: a series remembers how far it closed),
   then drops the panes no open window needs. `pending` returns interim aggregates of the
-  open windows whose panes changed.
+  newest window holding each pane that changed (the window dashboards follow; a hopping
+  pane's older windows are published once, final, when they close).
 - **Write-back.** Changes stay in memory until `flush(partition)` writes each changed key
   once (latest value), so a micro-batch costs one changelog record per pane and series it
   touched, not one per result. Call it before the batch is acknowledged.
@@ -195,7 +196,7 @@ class WindowStore:
         return self._close_due(partition, current)
 
     def pending(self, partition: int) -> list[Emission]:
-        """Interim emissions of the open windows whose panes changed since last time."""
+        """Interim emissions of the newest open window of each pane changed since last time."""
         current = self.watermark(partition).value()
         due: dict[str, tuple[str, WindowConfig, float]] = {}
         for series_key, starts in self._index(partition).items():
@@ -210,11 +211,13 @@ class WindowStore:
                 if pane_key not in self._dirty_panes:
                     continue
                 self._dirty_panes.discard(pane_key)
-                for window in windows_for(pane_start, config):
-                    if current is not None and current >= window.end + self.grace:
-                        continue
-                    key = self._aggregate_key(series, window)
-                    due[key] = (series_key, config, window.start)
+                # The newest window holding the pane (a hopping pane is in size/step
+                # windows; the older ones get their final aggregate when they close).
+                window = _window_key(config, pane_start)
+                if current is not None and current >= window.end + self.grace:
+                    continue
+                key = self._aggregate_key(series, window)
+                due[key] = (series_key, config, window.start)
         emissions = []
         for key in sorted(due):
             series_key, config, start = due[key]
