@@ -67,6 +67,7 @@ def faust_settings(settings: Settings, broker: str) -> dict[str, Any]:
         # Tables live in memory; keep Faust's data directory out of the working tree.
         "datadir": str(Path(tempfile.gettempdir()) / f"scorestream-{settings.app_id}-data"),
     }
+    options["producer_max_request_size"] = settings.limits.max_output_bytes
     if stream.producer_max_batch_size is not None:
         options["producer_max_batch_size"] = stream.producer_max_batch_size
     options.update(faust_options(settings))  # TLS / SASL, replication
@@ -131,8 +132,17 @@ class ScorestreamApp:
         self.windows = table("windows")
         self.seen = table("seen")  # case ids already counted, per segment (replays)
         self.gate_states = table("gates")
+        # Input offsets in flight, by input partition: every worker recovers all of it
+        # (keys are partitioned by the producer), whichever input partitions it gets.
+        self.inflight = app.Table(
+            "inflight",
+            partitions=partitions,
+            key_type=str,
+            use_partitioner=True,
+            extra_topic_configs=internal,
+        )
         judge = settings.alignment.judge
-        self.scoring = ScoreStage(context, app)
+        self.scoring = ScoreStage(context, app, self.inflight)
         self.session_stage = SessionStage(
             context,
             self.sessions,
