@@ -221,7 +221,11 @@ async def test_a_record_that_stops_the_worker_twice_is_a_poison_pill(
     for attempt in range(2):  # the poison stops the worker on each of its first two tries
         worker = WorkerProcess(config_path, broker.url, tmp_path / f"w{attempt}.log").start()
         assert worker.process is not None
-        exits.append(await asyncio.to_thread(worker.process.wait, 180))
+        try:
+            exits.append(await asyncio.to_thread(worker.process.wait, 180))
+        finally:
+            worker.stop()
+        await asyncio.sleep(settings.stream.session_timeout)  # the dead member leaves
     assert exits == [70, 70]
     worker = WorkerProcess(config_path, broker.url, tmp_path / "w2.log").start()
     try:

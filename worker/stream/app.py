@@ -132,9 +132,9 @@ class ScorestreamApp:
         self.windows = table("windows")
         self.seen = table("seen")  # case ids already counted, per segment (replays)
         self.gate_states = table("gates")
-        # Input offsets in flight, by input partition: every worker recovers all of it
-        # (keys are partitioned by the producer), whichever input partitions it gets.
-        self.inflight = app.Table(
+        # Input offsets in flight, by input partition: a global table, so every worker
+        # recovers all of it, whichever input partitions it gets.
+        self.inflight = app.GlobalTable(
             "inflight",
             partitions=partitions,
             key_type=str,

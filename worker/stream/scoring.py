@@ -92,9 +92,13 @@ class ScoreStage:
             return False
         key = f"{source.topic}|{source.partition}"
         mark = self.inflight.get(key)
+        marked = mark.get("offset") if isinstance(mark, dict) else None
+        if isinstance(marked, int) and source.offset < marked:
+            # A replay of a record that finished before the one in flight: keep the mark.
+            return False
         attempts = 1
-        if isinstance(mark, dict) and mark.get("offset") == source.offset:
-            attempts = int(mark.get("attempts", 0)) + 1
+        if marked == source.offset:
+            attempts = int(mark.get("attempts", 0)) + 1 if isinstance(mark, dict) else 1
         if attempts > limit:
             self.inflight[key] = {"offset": source.offset, "attempts": 0}
             message = (
