@@ -5,6 +5,7 @@ tells the downstream stages how far each input partition has got (watermark mark
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import MutableMapping
@@ -24,6 +25,7 @@ from worker.unknown_fields import unknown_fields, with_unknown_fields
 
 log = logging.getLogger("scorestream")
 
+MARK_FLUSH_TIMEOUT = 5.0  # seconds to wait for an in-flight mark to reach the broker
 INPUT_GROUP = "in"  # watermark channel group of the input partitions
 
 
@@ -108,7 +110,10 @@ class ScoreStage:
             await self._dead_letter(event, intake.POISON_PILL, message, source)
             return True
         self.inflight[key] = {"offset": source.offset, "attempts": attempts}
-        await self.app.producer.flush()  # the mark is on the broker before the work starts
+        try:  # the mark is on the broker before the work starts (bounded wait)
+            await asyncio.wait_for(self.app.producer.flush(), MARK_FLUSH_TIMEOUT)
+        except Exception:  # not started (tests) or slow: the mark stays best effort
+            log.debug("in-flight mark not flushed", exc_info=True)
         return False
 
     async def _process(
