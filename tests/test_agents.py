@@ -22,7 +22,8 @@ class Harness:
     """A `ScorestreamApp` whose sends are recorded instead of produced."""
 
     def __init__(self, **config: Any) -> None:
-        settings = settings_of(make_config(**config))
+        # No broker: the poison-pill guard's durable in-flight marks need one.
+        settings = settings_of(make_config(**{"limits": {"poison_pill_attempts": 0}, **config}))
         engines = Engines.load(settings, HashingEmbedder())
         self.scorer = ScorestreamApp(settings, "kafka://127.0.0.1:1", engines=engines)
         self.sent: list[tuple[str, str, Any]] = []

@@ -120,6 +120,24 @@ async def test_identical_texts_are_asked_once(server: FakeCompletions) -> None:
     assert judge.stats.cache_hits == 3
 
 
+async def test_the_cache_keeps_the_most_recently_used_verdicts_up_to_its_size(
+    server: FakeCompletions,
+) -> None:
+    async with SafetyJudge(settings_for(server, cache_size=3), api_key="") as judge:
+        for index in range(50):
+            await judge.judge(f"session {index}")
+        assert judge.cache_len == 3  # bounded however many sessions were judged
+        await judge.judge("session 47")  # recently used: answered from the cache
+        assert len(server.requests) == 50
+        await judge.judge("session 48")  # touch 48: now 49 is the least recently used
+        await judge.judge("session 1")  # long evicted: asked again, evicts 49
+        assert len(server.requests) == 51
+        await judge.judge("session 49")
+        assert len(server.requests) == 52
+        await judge.judge("session 48")
+        assert len(server.requests) == 52
+
+
 async def test_server_errors_are_retried_then_succeed(server: FakeCompletions) -> None:
     server.script = [("status", 500), ("status", 429), ("answer", '{"score": 6}')]
     async with SafetyJudge(settings_for(server), api_key="") as judge:

@@ -270,6 +270,7 @@ class JudgeSettings(Section):
     backoff: Duration = 0.5
     max_per_minute: int | None = Field(default=None, ge=1)
     max_total: int | None = Field(default=None, ge=0)
+    cache_size: int = Field(default=10_000, ge=0)  # verdicts kept (least recently used go)
 
 
 class EmbeddingSettings(Section):
@@ -304,6 +305,34 @@ class AlignmentSettings(Section):
     max_turns_per_session: int = Field(default=200, ge=2)
     judge: JudgeSettings | None = None
     embedding: EmbeddingSettings = Field(default_factory=EmbeddingSettings)
+
+
+# ---------------------------------------------------------------- limits
+
+
+class LimitsSettings(Section):
+    """Size bounds checked at intake (a dead letter `field_too_large` names the field and
+    the limit) and on everything the worker produces (`output_too_large`). Byte counts are
+    of the UTF-8 encoding."""
+
+    id_bytes: int = Field(default=512, ge=1)
+    model_bytes: int = Field(default=256, ge=1)
+    label_count: int = Field(default=64, ge=0)
+    label_key_bytes: int = Field(default=128, ge=1)
+    label_value_bytes: int = Field(default=256, ge=1)
+    text_bytes: int = Field(default=256 * 1024, ge=1)  # any one text field of a payload
+    list_items: int = Field(default=10_000, ge=1)  # any one list of a payload
+    session_turns: int = Field(default=500, ge=1)  # turns of a whole-session record
+    turn_index: int = Field(default=1_000_000, ge=1)
+    # The producer's max.request.size: every produced record (key + value) must fit.
+    max_output_bytes: int = Field(default=1_000_000, ge=1024)
+    # A session's changelog value stays under this; a session reaching it is closed.
+    session_state_bytes: int = Field(default=768 * 1024, ge=16 * 1024)
+    # Stored text per session for the judge transcript (vectors and scores are kept whole).
+    session_text_bytes: int = Field(default=128 * 1024, ge=0)
+    # An input record in flight when the worker stopped this many times is a dead letter
+    # `poison_pill` instead of being processed again.
+    poison_pill_attempts: int = Field(default=2, ge=0)  # 0: no poison-pill guard
 
 
 # ---------------------------------------------------------------- root
@@ -409,6 +438,7 @@ class Settings(BaseSettings):
     embedding_batch_size: int = Field(default=64, ge=1)
     embedding_batch_wait: Duration = 0.05
     stream: StreamSettings = Field(default_factory=StreamSettings)
+    limits: LimitsSettings = Field(default_factory=LimitsSettings)
     kafka: KafkaSettings = Field(default_factory=KafkaSettings)
     alignment: AlignmentSettings = Field(default_factory=AlignmentSettings)
     extraction: ExtractionSettings = Field(default_factory=ExtractionSettings)

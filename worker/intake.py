@@ -24,6 +24,7 @@ from schemas.outputs import (
     RecordSource,
     Versions,
 )
+from worker.config import LimitsSettings
 from worker.eventtime import InvalidEventTime, check_event_time
 from worker.suites.base import SCORER_VERSION, Scored
 
@@ -39,6 +40,11 @@ UNKNOWN_PERSONA = "unknown_persona"
 UNKNOWN_SCHEMA = "unknown_schema"
 SCORING_ERROR = "scoring_error"
 INVALID_TIMESTAMP = "invalid_timestamp"
+FIELD_TOO_LARGE = "field_too_large"
+OUTPUT_TOO_LARGE = "output_too_large"
+POISON_PILL = "poison_pill"
+
+MAX_MESSAGE_CHARS = 2000  # of a dead letter's error message
 
 
 class Rejected(Exception):
@@ -72,8 +78,82 @@ def describe_validation_error(exc: ValidationError) -> str:
     return "; ".join(parts)
 
 
-def decode_record(raw: bytes | None, max_bytes: int) -> InputRecord:
-    """Validate one raw input value; raises `Rejected` with the reason."""
+def _too_large(field: str, size: int, limit: int, setting: str, unit: str = "bytes") -> Rejected:
+    return Rejected(
+        FIELD_TOO_LARGE,
+        f"{field}: {size} {unit} is over the limit of {limit} {unit} (limits.{setting})",
+    )
+
+
+def _utf8_size(text: str) -> int:
+    return len(text.encode("utf-8", errors="surrogatepass"))
+
+
+def check_limits(data: Mapping[str, object], limits: LimitsSettings) -> None:
+    """Raise `Rejected(FIELD_TOO_LARGE)` naming the first field over its bound: `id`,
+    `model`, `labels` (count, keys, values), and in `payload` every string (text fields
+    and field names), every list (items; whole-session `turns`) and `turn_index`.
+    Works on the decoded JSON before validation, without recursion (any depth)."""
+    for name, limit, setting in (
+        ("id", limits.id_bytes, "id_bytes"),
+        ("model", limits.model_bytes, "model_bytes"),
+    ):
+        value = data.get(name)
+        if isinstance(value, str) and (size := _utf8_size(value)) > limit:
+            raise _too_large(name, size, limit, setting)
+    labels = data.get("labels")
+    if isinstance(labels, dict):
+        if len(labels) > limits.label_count:
+            raise _too_large("labels", len(labels), limits.label_count, "label_count", "labels")
+        for key, value in labels.items():
+            if (size := _utf8_size(key)) > limits.label_key_bytes:
+                raise _too_large("labels (a key)", size, limits.label_key_bytes, "label_key_bytes")
+            if isinstance(value, str) and (size := _utf8_size(value)) > limits.label_value_bytes:
+                raise _too_large(
+                    f"labels.{key[:64]}", size, limits.label_value_bytes, "label_value_bytes"
+                )
+    payload = data.get("payload")
+    if isinstance(payload, dict):
+        turns = payload.get("turns")
+        if isinstance(turns, list) and len(turns) > limits.session_turns:
+            raise _too_large(
+                "payload.turns", len(turns), limits.session_turns, "session_turns", "turns"
+            )
+        index = payload.get("turn_index")
+        if isinstance(index, int) and index > limits.turn_index:
+            raise _too_large(
+                "payload.turn_index", index, limits.turn_index, "turn_index", "(value)"
+            )
+    _check_payload_sizes(payload, limits)
+
+
+def _check_payload_sizes(payload: object, limits: LimitsSettings) -> None:
+    stack: list[tuple[str, object]] = [("payload", payload)]
+    while stack:
+        where, value = stack.pop()
+        if isinstance(value, str):
+            if (size := _utf8_size(value)) > limits.text_bytes:
+                raise _too_large(where, size, limits.text_bytes, "text_bytes")
+        elif isinstance(value, list):
+            if len(value) > limits.list_items:
+                raise _too_large(where, len(value), limits.list_items, "list_items", "items")
+            stack.extend((f"{where}.{index}", item) for index, item in enumerate(value))
+        elif isinstance(value, dict):
+            if len(value) > limits.list_items:
+                raise _too_large(where, len(value), limits.list_items, "list_items", "fields")
+            for key, item in value.items():
+                if (size := _utf8_size(key)) > limits.label_key_bytes:
+                    raise _too_large(
+                        f"{where} (a field name)", size, limits.label_key_bytes, "label_key_bytes"
+                    )
+                stack.append((f"{where}.{key}", item))
+
+
+def decode_record(
+    raw: bytes | None, max_bytes: int, limits: LimitsSettings | None = None
+) -> InputRecord:
+    """Validate one raw input value against `max_bytes` and `limits` (default bounds when
+    None); raises `Rejected` with the reason."""
     if raw is None:
         raise Rejected(INVALID_RECORD, "the record has no value (tombstone)")
     if len(raw) > max_bytes:
@@ -90,7 +170,8 @@ def decode_record(raw: bytes | None, max_bytes: int) -> InputRecord:
         raise Rejected(INVALID_RECORD, f"expected a JSON object, got {type(data).__name__}")
     suite = data.get("suite")
     if suite is not None and suite not in ("alignment", "extraction", "safe"):
-        raise Rejected(UNKNOWN_SUITE, f"unknown suite {suite!r}")
+        raise Rejected(UNKNOWN_SUITE, f"unknown suite {str(suite)[:64]!r}")
+    check_limits(data, limits or LimitsSettings())
     try:
         return INPUT_RECORDS.validate_python(data)
     except ValidationError as exc:
@@ -128,6 +209,8 @@ def dead_letter(
             text = cut.decode("utf-8", errors="ignore")
     except UnicodeDecodeError:
         encoded = base64.b64encode(cut).decode("ascii")
+    if len(message) > MAX_MESSAGE_CHARS:
+        message = message[:MAX_MESSAGE_CHARS] + " ..."
     return DeadLetter(
         error=DeadLetterError(type=reason, message=message),
         raw=text,

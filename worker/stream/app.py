@@ -69,6 +69,7 @@ def faust_settings(settings: Settings, broker: str) -> dict[str, Any]:
         # Tables live in memory; keep Faust's data directory out of the working tree.
         "datadir": str(Path(tempfile.gettempdir()) / f"scorestream-{settings.app_id}-data"),
     }
+    options["producer_max_request_size"] = settings.limits.max_output_bytes
     if stream.producer_max_batch_size is not None:
         options["producer_max_batch_size"] = stream.producer_max_batch_size
     options.update(faust_options(settings))  # TLS / SASL, replication
@@ -132,8 +133,17 @@ class ScorestreamApp:
         self.sessions = table("sessions")
         self.windows = table("windows")  # panes and series of the aggregation stage
         self.gate_states = table("gates")
+        # Input offsets in flight, by input partition: a global table, so every worker
+        # recovers all of it, whichever input partitions it gets.
+        self.inflight = app.GlobalTable(
+            "inflight",
+            partitions=partitions,
+            key_type=str,
+            use_partitioner=True,
+            extra_topic_configs=internal,
+        )
         judge = settings.alignment.judge
-        self.scoring = ScoreStage(context, app)
+        self.scoring = ScoreStage(context, app, self.inflight)
         self.session_stage = SessionStage(
             context,
             self.sessions,

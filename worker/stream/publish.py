@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 
 import orjson
 from faust.types import TopicT
@@ -26,6 +26,10 @@ log = logging.getLogger("scorestream")
 MARKER_KEY = b"__watermark__"
 
 
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
 @dataclass(frozen=True)
 class StreamTopics:
     """The worker's topics: the public ones and two internal re-keying hops."""
@@ -37,6 +41,23 @@ class StreamTopics:
     dead_letters: TopicT
     turns: TopicT  # alignment records keyed by session
     aggregate_input: TopicT  # results keyed by suite|segment, and markers
+
+
+class OutputTooLarge(Exception):
+    """A record over the producer's maximum request size (`limits.max_output_bytes`)."""
+
+    def __init__(self, topic: str, size: int, limit: int) -> None:
+        super().__init__(
+            f"output to {topic} of {size} bytes is over the limit of {limit} bytes "
+            "(limits.max_output_bytes)"
+        )
+        self.topic = topic
+        self.size = size
+
+
+# Bytes a record needs besides its key and value (record and batch headers), so a record
+# that passes the check is also accepted by the producer.
+RECORD_OVERHEAD = 512
 
 
 def marker_of(data: dict[str, object]) -> Marker | None:
@@ -53,24 +74,37 @@ class Publisher:
         self.settings = settings
         self.telemetry = telemetry
 
+    def check_size(self, topic: TopicT, key: bytes, value: bytes) -> None:
+        """Raise `OutputTooLarge` when key and value do not fit one producer request."""
+        limit = self.settings.limits.max_output_bytes
+        size = len(key) + len(value) + RECORD_OVERHEAD
+        if size > limit:
+            raise OutputTooLarge(topic.get_topic_name(), size, limit)
+
     async def send(
         self, topic: TopicT, key: str | bytes, value: bytes, partition: int | None = None
     ) -> None:
+        """Produce one record; `OutputTooLarge` (nothing sent) when it would not fit."""
         raw_key = key.encode("utf-8") if isinstance(key, str) else key
+        self.check_size(topic, raw_key, value)
         await topic.send(key=raw_key, value=value, partition=partition)
 
     async def result(self, result: CaseResult, aggregate: bool = True) -> None:
-        """Publish a result and, when windows count it, its per-segment contributions."""
+        """Publish a result and, when windows count it, its per-segment contributions.
+        Every record is checked first: `OutputTooLarge` means none of them was sent."""
         value = result.model_dump_json().encode("utf-8")
-        await self.send(self.topics.results, intake.result_key(result.suite, result.id), value)
-        if not aggregate:
-            return
-        for segment in aggregation.segments_for(
-            result.model, result.labels, self.settings.segment_by
-        ):
-            key = f"{result.suite}|{aggregation.segment_key(segment)}"
-            contribution = b'{"segment":' + orjson.dumps(segment) + b',"result":' + value + b"}"
-            await self.send(self.topics.aggregate_input, key, contribution)
+        outputs = [(self.topics.results, intake.result_key(result.suite, result.id), value)]
+        if aggregate:
+            for segment in aggregation.segments_for(
+                result.model, result.labels, self.settings.segment_by
+            ):
+                key = f"{result.suite}|{aggregation.segment_key(segment)}"
+                contribution = b'{"segment":' + orjson.dumps(segment) + b',"result":' + value + b"}"
+                outputs.append((self.topics.aggregate_input, key, contribution))
+        for topic, key, data in outputs:
+            self.check_size(topic, key.encode("utf-8"), data)
+        for topic, key, data in outputs:
+            await self.send(topic, key, data)
 
     async def turn(self, session_id: str, value: bytes) -> None:
         """Forward an alignment record to the session stage, keyed by its session."""
@@ -83,10 +117,23 @@ class Publisher:
             await self.send(topic, MARKER_KEY, value, partition=partition)
 
     async def aggregate(self, key: str, message: Aggregate) -> None:
-        await self.send(self.topics.aggregates, key, message.model_dump_json().encode("utf-8"))
+        """Publish an aggregate; one too large for the producer is a dead letter."""
+        await self._derived(self.topics.aggregates, key, message.model_dump_json().encode())
 
     async def gate_event(self, key: str, event: GateEvent) -> None:
-        await self.send(self.topics.gates, key, event.model_dump_json().encode("utf-8"))
+        """Publish a gate event; one too large for the producer is a dead letter."""
+        await self._derived(self.topics.gates, key, event.model_dump_json().encode("utf-8"))
+
+    async def _derived(self, topic: TopicT, key: str, value: bytes) -> None:
+        """Send an output that no single input caused; `output_too_large` dead letter
+        (with the output, cut, as its raw value) when it does not fit."""
+        try:
+            await self.send(topic, key, value)
+        except OutputTooLarge as exc:
+            source = intake.SourcePosition(exc.topic, -1, -1)
+            await self.dead_letter(
+                value, None, intake.OUTPUT_TOO_LARGE, f"{key[:200]}: {exc}", source, _utcnow()
+            )
 
     async def dead_letter(
         self,
@@ -102,7 +149,11 @@ class Publisher:
             raw, reason, message, source, self.settings.dlq_max_raw_bytes, now
         )
         value = letter.model_dump_json().encode("utf-8")
-        await self.send(self.topics.dead_letters, key or b"", value)
+        raw_key = key or b""
+        room = self.settings.limits.max_output_bytes - len(value) - RECORD_OVERHEAD
+        if len(raw_key) > room:  # a pathological input key: keep what fits
+            raw_key = raw_key[: max(0, room)]
+        await self.send(self.topics.dead_letters, raw_key, value)
         self.telemetry.record_dead_letter(reason)
         log.warning(
             "dead letter %s at %s:%s@%s: %s",

@@ -5,8 +5,10 @@ tells the downstream stages how far each input partition has got (watermark mark
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
+from collections.abc import MutableMapping
 from datetime import datetime
 from typing import Any
 
@@ -18,19 +20,29 @@ from schemas.outputs import CaseResult
 from worker import intake
 from worker.eventtime import Marker, PartitionClock
 from worker.stream.context import StreamContext, source_position
+from worker.stream.publish import OutputTooLarge
 from worker.unknown_fields import unknown_fields, with_unknown_fields
 
 log = logging.getLogger("scorestream")
 
+MARK_FLUSH_TIMEOUT = 5.0  # seconds to wait for an in-flight mark to reach the broker
 INPUT_GROUP = "in"  # watermark channel group of the input partitions
 
 
 class ScoreStage:
     """Scores input records and keeps one `PartitionClock` per assigned input partition."""
 
-    def __init__(self, context: StreamContext, app: AppT) -> None:
+    def __init__(
+        self,
+        context: StreamContext,
+        app: AppT,
+        inflight: MutableMapping[str, Any] | None = None,
+    ) -> None:
         self.context = context
         self.app = app
+        # `{topic}|{partition}` -> the input offset being processed and how many times
+        # it was started (a changelog table: it survives a crash).
+        self.inflight = inflight
         self.settings = context.settings
         self.publisher = context.publisher
         self.clocks: dict[int, PartitionClock] = {}
@@ -40,13 +52,30 @@ class ScoreStage:
 
     async def agent(self, stream: StreamT) -> None:
         async for event in stream.events():
+            await self.supervised(event)
+
+    async def supervised(self, event: EventT) -> None:
+        """`process`, where nothing a record does stops the agent: an exception that got
+        past the stage's own handling dead-letters the record (`scoring_error`)."""
+        try:
             await self.process(event)
+        except Exception as exc:
+            log.exception("unexpected failure on an input record")
+            try:
+                await self._dead_letter(
+                    event, intake.SCORING_ERROR, repr(exc), source_position(event)
+                )
+            except Exception:
+                log.exception("could not dead-letter the failed record")
 
     async def process(self, event: EventT) -> None:
         """Score one input record; then count it in its partition's progress."""
         source = source_position(event)
         received = self.context.now()
-        event_time = await self._process(event, source, received)
+        if await self._poison_pill(event, source):
+            event_time = None
+        else:
+            event_time = await self._process(event, source, received)
         clock = self.clocks.get(source.partition)
         if clock is None:
             clock = self.clocks[source.partition] = PartitionClock(quiet_since=self.context.clock())
@@ -56,6 +85,37 @@ class ScoreStage:
             self.context.clock(),
         )
 
+    async def _poison_pill(self, event: EventT, source: intake.SourcePosition) -> bool:
+        """Remember durably that this record is in flight; True (and a `poison_pill` dead
+        letter) when it was already in flight `limits.poison_pill_attempts` times without
+        finishing, i.e. when it stopped the worker each time it was processed."""
+        limit = self.settings.limits.poison_pill_attempts
+        if self.inflight is None or limit <= 0:
+            return False
+        key = f"{source.topic}|{source.partition}"
+        mark = self.inflight.get(key)
+        marked = mark.get("offset") if isinstance(mark, dict) else None
+        if isinstance(marked, int) and source.offset < marked:
+            # A replay of a record that finished before the one in flight: keep the mark.
+            return False
+        attempts = 1
+        if marked == source.offset:
+            attempts = int(mark.get("attempts", 0)) + 1 if isinstance(mark, dict) else 1
+        if attempts > limit:
+            self.inflight[key] = {"offset": source.offset, "attempts": 0}
+            message = (
+                f"the worker stopped {attempts - 1} times while processing this record "
+                f"(limits.poison_pill_attempts: {limit})"
+            )
+            await self._dead_letter(event, intake.POISON_PILL, message, source)
+            return True
+        self.inflight[key] = {"offset": source.offset, "attempts": attempts}
+        try:  # the mark is on the broker before the work starts (bounded wait)
+            await asyncio.wait_for(self.app.producer.flush(), MARK_FLUSH_TIMEOUT)
+        except Exception:  # not started (tests) or slow: the mark stays best effort
+            log.debug("in-flight mark not flushed", exc_info=True)
+        return False
+
     async def _process(
         self, event: EventT, source: intake.SourcePosition, received: datetime
     ) -> datetime | None:
@@ -63,7 +123,7 @@ class ScoreStage:
         settings = self.settings
         engines = self.context.engines
         try:
-            record = intake.decode_record(event.value, settings.max_record_bytes)
+            record = intake.decode_record(event.value, settings.max_record_bytes, settings.limits)
             event_time = intake.usable_event_time(
                 record.event_time() or source.timestamp or received,
                 received,
@@ -82,6 +142,9 @@ class ScoreStage:
                 raise intake.Rejected(intake.UNKNOWN_SUITE, f"unknown suite {record.suite!r}")
             scored = with_unknown_fields(scored, unknown_fields(record.payload))
             elapsed = time.perf_counter() - started
+        except OutputTooLarge as exc:
+            await self._dead_letter(event, intake.OUTPUT_TOO_LARGE, str(exc), source)
+            return None
         except intake.Rejected as rejected:
             await self._dead_letter(event, rejected.reason, rejected.message, source)
             return None
@@ -103,7 +166,11 @@ class ScoreStage:
             received_at=received,
             trace_id=record.trace_id,
         )
-        await self.publisher.result(result)
+        try:
+            await self.publisher.result(result)
+        except OutputTooLarge as exc:
+            await self._dead_letter(event, intake.OUTPUT_TOO_LARGE, str(exc), source)
+            return None
         observe(self.context, result, elapsed)
         return event_time
 

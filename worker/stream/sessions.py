@@ -27,7 +27,7 @@ from schemas.envelope import AlignmentRecord, AlignmentSessionPayload, Alignment
 from worker import intake
 from worker.eventtime import Marker, Watermark
 from worker.stream.context import StreamContext, event_context
-from worker.stream.publish import marker_of
+from worker.stream.publish import OutputTooLarge, marker_of
 from worker.stream.scoring import INPUT_GROUP, observe
 from worker.suites.alignment.judge import SafetyJudge
 from worker.suites.alignment.scoring import SessionState, session_transcript, turn_scored
@@ -87,7 +87,12 @@ class SessionStage:
         """Embed and apply a micro-batch in order, in chunks: while one chunk's turns are
         scored and published, the executor already encodes the next chunk. The batch is
         acknowledged only after this returns, so nothing is acked before it is applied."""
-        items = [(event, orjson.loads(event.value)) for event in events]
+        items = []
+        for event in events:
+            try:
+                items.append((event, orjson.loads(event.value)))
+            except orjson.JSONDecodeError:  # not written by a worker: nothing to score
+                log.error("skipping an undecodable session-stream record")
         chunks = _chunks_by_texts(items, EMBEDDING_CHUNK)
         loop = asyncio.get_running_loop()
 
@@ -104,15 +109,19 @@ class SessionStage:
             pending = encode(chunks[position + 1]) if position + 1 < len(chunks) else None
             cursor = 0
             for event, data in chunk:
+                count = len(_texts_of(data))
                 with event_context(event):
-                    marker = marker_of(data)
-                    if marker is not None:
-                        await self.on_marker(event.message.partition, marker)
-                        continue
-                    count = len(_texts_of(data))
-                    assert vectors is not None  # the chunk had texts, so it was encoded
-                    await self._apply(event, data, vectors[cursor : cursor + count])
-                    cursor += count
+                    try:
+                        marker = marker_of(data)
+                        if marker is not None:
+                            await self.on_marker(event.message.partition, marker)
+                            continue
+                        assert vectors is not None  # the chunk had texts, so it was encoded
+                        await self._apply(event, data, vectors[cursor : cursor + count])
+                    except Exception:  # nothing one message does stops the stage
+                        log.exception("session stage: unexpected failure on a message")
+                    finally:
+                        cursor += count
 
     # ---------------------------------------------------------------- progress
 
@@ -152,9 +161,12 @@ class SessionStage:
             idle_at = float(stored["ts"]) + timeout
             if idle_at > watermark:
                 continue
-            state = SessionState.from_json(stored["state"])
-            closed_at = datetime.fromtimestamp(idle_at, UTC)
-            await self.close_session(state, closed_at, stored["model"], stored["labels"])
+            try:
+                state = SessionState.from_json(stored["state"])
+                closed_at = datetime.fromtimestamp(idle_at, UTC)
+                await self.close_session(state, closed_at, stored["model"], stored["labels"])
+            except Exception:  # a session that cannot be scored must not stop the stage
+                log.exception("closing session %r failed", session_id[:200])
             self.sessions[session_id] = {"closed": True, "at": idle_at, "partition": partition}
 
     # ---------------------------------------------------------------- turns
@@ -175,6 +187,8 @@ class SessionStage:
                 await self._apply_turn(context, record.payload, vectors[0], event)
         except intake.Rejected as rejected:
             await self._dead_letter(data, rejected.reason, rejected.message, context)
+        except OutputTooLarge as exc:
+            await self._dead_letter(data, intake.OUTPUT_TOO_LARGE, str(exc), context)
         except Exception as exc:  # a scorer bug must not kill the agent or lose the record
             log.exception("alignment scoring failed")
             await self._dead_letter(data, intake.SCORING_ERROR, repr(exc), context)
@@ -252,20 +266,26 @@ class SessionStage:
         if payload.final:
             meta["final_index"] = payload.turn_index
         partition = event.message.partition
-        if _is_complete(state, meta.get("final_index")):
+        entry = {"state": state.to_json(), "partition": partition, **meta}
+        cap = self.settings.limits.session_state_bytes
+        at_cap = len(orjson.dumps(entry)) > cap
+        if at_cap or _is_complete(state, meta.get("final_index")):
             closed_at = datetime.fromtimestamp(meta["ts"], UTC)
-            await self.close_session(state, closed_at, meta["model"], meta["labels"])
+            if at_cap:
+                log.warning(
+                    "session %r reached limits.session_state_bytes (%d): closed with %d turns",
+                    payload.session_id[:200],
+                    cap,
+                    len(state.turns),
+                )
             self.sessions[payload.session_id] = {
                 "closed": True,
                 "at": meta["ts"],
                 "partition": partition,
             }
+            await self.close_session(state, closed_at, meta["model"], meta["labels"], at_cap=at_cap)
             return
-        self.sessions[payload.session_id] = {
-            "state": state.to_json(),
-            "partition": partition,
-            **meta,
-        }
+        self.sessions[payload.session_id] = entry
 
     async def _emit_turn(
         self,
@@ -298,10 +318,15 @@ class SessionStage:
         event_time: datetime,
         model: str | None,
         labels: dict[str, str],
+        at_cap: bool = False,
     ) -> None:
-        """Score a finished session and publish it with `kind: "session"`."""
+        """Score a finished session and publish it with `kind: "session"` (`at_cap`: it
+        was closed on reaching `limits.session_state_bytes`, said in its details). A
+        result too large to send is a dead letter `output_too_large`."""
         started = time.perf_counter()
         scored = await self._score_session(state)
+        if at_cap:
+            scored = replace(scored, details={**scored.details, "closed_by": "session_state_bytes"})
         result = intake.build_result(
             case_id=f"session:{state.session_id}",
             suite="alignment",
@@ -314,7 +339,15 @@ class SessionStage:
             source=None,
             scored_at=self.context.now(),
         )
-        await self.publisher.result(result)
+        try:
+            await self.publisher.result(result)
+        except OutputTooLarge as exc:
+            value = result.model_dump_json().encode("utf-8")
+            source = intake.SourcePosition(exc.topic, -1, -1)
+            await self.publisher.dead_letter(
+                value, None, intake.OUTPUT_TOO_LARGE, str(exc), source, self.context.now()
+            )
+            return
         observe(self.context, result, time.perf_counter() - started)
 
     async def _score_session(self, state: SessionState) -> Scored:

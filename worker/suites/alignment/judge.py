@@ -3,7 +3,8 @@
 The judge is asked to answer `{"score": 0-10, "reason": ...}` about a session's assistant
 replies; `safety = min(keyword, score / 10)`. Requests run with a concurrency limit, a
 timeout, retries with exponential backoff (on timeouts, transport errors, 429 and 5xx),
-a per-minute and a total request budget, and a cache keyed by the text's hash. A failed or
+a per-minute and a total request budget, and a least-recently-used cache keyed by the
+text's hash (at most `cache_size` verdicts, so memory stays bounded). A failed or
 unparsable answer is counted in `judge_errors` and leaves the keyword score standing.
 """
 
@@ -143,7 +144,7 @@ class SafetyJudge:
         self._transport = transport
         self._sleep = sleep
         self._minute = _MinuteBudget(settings.max_per_minute, clock, sleep)
-        self._cache: dict[str, JudgeVerdict] = {}
+        self._cache: collections.OrderedDict[str, JudgeVerdict] = collections.OrderedDict()
         self._inflight: dict[str, asyncio.Future[JudgeVerdict]] = {}
         self._semaphore: asyncio.Semaphore | None = None
         self._client: httpx.AsyncClient | None = None
@@ -179,6 +180,7 @@ class SafetyJudge:
         key = self.text_key(text)
         if key in self._cache:
             self.stats.cache_hits += 1
+            self._cache.move_to_end(key)
             cached = self._cache[key]
             return JudgeVerdict(cached.score, cached.reason, None, cached=True)
         if key in self._inflight:
@@ -189,13 +191,28 @@ class SafetyJudge:
         try:
             verdict = await self._judge_uncached(text)
             if verdict.score is not None:
-                self._cache[key] = verdict
+                self._remember(key, verdict)
             future.set_result(verdict)
             return verdict
         finally:
             del self._inflight[key]
             if not future.done():
                 future.cancel()
+
+    def _remember(self, key: str, verdict: JudgeVerdict) -> None:
+        """Cache a verdict; the least recently used ones go past `cache_size`."""
+        limit = self.settings.cache_size
+        if limit <= 0:
+            return
+        self._cache[key] = verdict
+        self._cache.move_to_end(key)
+        while len(self._cache) > limit:
+            self._cache.popitem(last=False)
+
+    @property
+    def cache_len(self) -> int:
+        """Verdicts in the cache now."""
+        return len(self._cache)
 
     async def judge_many(self, texts: Sequence[str]) -> list[JudgeVerdict]:
         return list(await asyncio.gather(*(self.judge(text) for text in texts)))

@@ -46,6 +46,15 @@ SESSION_METRICS = (
 )
 TURN_METRICS = ("authenticity", "style_sim", "traits", "lexicon", "safety")
 MAX_STORED_TEXT_CHARS = 4000  # per turn, kept for the optional session judge
+MAX_STORED_VIOLATIONS = 20  # per turn, kept for the session result
+
+
+def cut_utf8(text: str, max_bytes: int) -> str:
+    """`text` cut to at most `max_bytes` of UTF-8, never inside a character."""
+    data = text.encode("utf-8", errors="surrogatepass")
+    if len(data) <= max_bytes:
+        return text
+    return data[: max(0, max_bytes)].decode("utf-8", errors="ignore")
 
 
 def renormalised_mean(parts: Sequence[tuple[float | None, float]]) -> float | None:
@@ -229,11 +238,15 @@ class SessionState:
     Turns are kept by `turn_index`; a repeated index counts once (the first arrival wins).
     At most `max_turns` are kept: the lowest indices, so the kept set does not depend on
     arrival order. `updated_at` is whatever clock the caller uses for idle expiry.
+    The texts kept for the judge's transcript share `text_budget` UTF-8 bytes (turns past
+    it keep their vectors and scores, and a cut text), so the state's size is bounded
+    whatever the turns' length.
     """
 
     session_id: str
     persona_id: str
     max_turns: int = 200
+    text_budget: int = 128 * 1024
     turns: dict[int, TurnRecord] = field(default_factory=dict)
     duplicates: int = 0
     dropped: int = 0
@@ -242,7 +255,20 @@ class SessionState:
 
     @classmethod
     def new(cls, session_id: str, persona_id: str, settings: Settings) -> SessionState:
-        return cls(session_id, persona_id, settings.alignment.max_turns_per_session)
+        return cls(
+            session_id,
+            persona_id,
+            settings.alignment.max_turns_per_session,
+            settings.limits.session_text_bytes,
+        )
+
+    def text_bytes(self) -> int:
+        """UTF-8 bytes of the texts kept so far."""
+        return sum(
+            len(record.text.encode("utf-8", errors="surrogatepass"))
+            + len(record.user.encode("utf-8", errors="surrogatepass"))
+            for record in self.turns.values()
+        )
 
     def add(
         self,
@@ -274,6 +300,11 @@ class SessionState:
                 return False
             del self.turns[highest]
             self.dropped += 1
+        room = max(0, self.text_budget - self.text_bytes())
+        text = cut_utf8(text[:MAX_STORED_TEXT_CHARS], room)
+        user = cut_utf8(
+            user[:MAX_STORED_TEXT_CHARS], room - len(text.encode("utf-8", "surrogatepass"))
+        )
         self.turns[turn_index] = TurnRecord(
             turn_index=turn_index,
             embedding=np.asarray(embedding, dtype=np.float32).reshape(-1),
@@ -283,9 +314,9 @@ class SessionState:
             authenticity=turn.authenticity,
             violation_weight=turn.violation_weight,
             critical=turn.critical,
-            violations=[match.to_json() for match in turn.matches],
-            text=text[:MAX_STORED_TEXT_CHARS],
-            user=user[:MAX_STORED_TEXT_CHARS],
+            violations=[match.to_json() for match in turn.matches[:MAX_STORED_VIOLATIONS]],
+            text=text,
+            user=user,
         )
         return True
 
@@ -301,6 +332,7 @@ class SessionState:
             "session_id": self.session_id,
             "persona_id": self.persona_id,
             "max_turns": self.max_turns,
+            "text_budget": self.text_budget,
             "turns": [record.to_json() for record in self.ordered()],
             "duplicates": self.duplicates,
             "dropped": self.dropped,
@@ -315,6 +347,7 @@ class SessionState:
             session_id=str(data["session_id"]),
             persona_id=str(data["persona_id"]),
             max_turns=int(data["max_turns"]),
+            text_budget=int(data.get("text_budget", 128 * 1024)),
             turns={record.turn_index: record for record in records},
             duplicates=int(data.get("duplicates", 0)),
             dropped=int(data.get("dropped", 0)),
