@@ -161,7 +161,7 @@ async def test_results_reach_the_windows_keyed_by_suite_and_segment(harness: Har
     routed = harness.to(f"{harness.scorer.settings.app_id}-aggregate-input")
     assert sorted(key for key, _ in routed) == ["safe|all", "safe|model=m1"]
     assert {tuple(value["segment"].items()) for _, value in routed} == {(), (("model", "m1"),)}
-    assert all(value["result"] == result for _, value in routed)
+    assert all(value["results"] == [result] for _, value in routed)
 
 
 def turn(session: str, index: int, persona: str, text: str, final: bool = False) -> bytes:

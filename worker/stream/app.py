@@ -133,15 +133,9 @@ class ScorestreamApp:
         self.sessions = table("sessions")
         self.windows = table("windows")  # panes and series of the aggregation stage
         self.gate_states = table("gates")
-        # Input offsets in flight, by input partition: a global table, so every worker
-        # recovers all of it, whichever input partitions it gets.
-        self.inflight = app.GlobalTable(
-            "inflight",
-            partitions=partitions,
-            key_type=str,
-            use_partitioner=True,
-            extra_topic_configs=internal,
-        )
+        # Input offset ranges in flight, by input partition, written from the input's own
+        # events: co-partitioned with the input topic (it has `stream.partitions` too).
+        self.inflight = table("inflight")
         judge = settings.alignment.judge
         self.scoring = ScoreStage(context, app, self.inflight)
         self.session_stage = SessionStage(

@@ -43,6 +43,26 @@ class StreamTopics:
     aggregate_input: TopicT  # results keyed by suite|segment, and markers
 
 
+class Contributions:
+    """Results collected for the aggregation stage during a micro-batch, per
+    suite|segment key, in order (see `Publisher.contribute`)."""
+
+    def __init__(self) -> None:
+        self._by_key: dict[str, tuple[bytes, list[bytes]]] = {}
+
+    def add(self, key: str, segment: bytes, value: bytes) -> None:
+        self._by_key.setdefault(key, (segment, []))[1].append(value)
+
+    def items(self) -> list[tuple[str, tuple[bytes, list[bytes]]]]:
+        return list(self._by_key.items())
+
+    def clear(self) -> None:
+        self._by_key.clear()
+
+    def __len__(self) -> int:
+        return sum(len(values) for _, values in self._by_key.values())
+
+
 class OutputTooLarge(Exception):
     """A record over the producer's maximum request size (`limits.max_output_bytes`)."""
 
@@ -89,22 +109,57 @@ class Publisher:
         self.check_size(topic, raw_key, value)
         await topic.send(key=raw_key, value=value, partition=partition)
 
-    async def result(self, result: CaseResult, aggregate: bool = True) -> None:
-        """Publish a result and, when windows count it, its per-segment contributions.
-        Every record is checked first: `OutputTooLarge` means none of them was sent."""
+    async def result(
+        self,
+        result: CaseResult,
+        aggregate: bool = True,
+        batch: Contributions | None = None,
+    ) -> None:
+        """Publish a result and, when windows count it, its per-segment contributions:
+        sent now, or collected in `batch` to go out combined with `contribute`. Every
+        record is checked first: `OutputTooLarge` means none of them was sent."""
         value = result.model_dump_json().encode("utf-8")
         outputs = [(self.topics.results, intake.result_key(result.suite, result.id), value)]
+        segments = []
         if aggregate:
             for segment in aggregation.segments_for(
                 result.model, result.labels, self.settings.segment_by
             ):
                 key = f"{result.suite}|{aggregation.segment_key(segment)}"
-                contribution = b'{"segment":' + orjson.dumps(segment) + b',"result":' + value + b"}"
+                encoded = orjson.dumps(segment)
+                segments.append((key, encoded))
+                contribution = b'{"segment":' + encoded + b',"results":[' + value + b"]}"
                 outputs.append((self.topics.aggregate_input, key, contribution))
         for topic, key, data in outputs:
             self.check_size(topic, key.encode("utf-8"), data)
-        for topic, key, data in outputs:
-            await self.send(topic, key, data)
+        if batch is None:
+            for topic, key, data in outputs:
+                await self.send(topic, key, data)
+            return
+        topic, key, data = outputs[0]
+        await self.send(topic, key, data)
+        for key, encoded in segments:
+            batch.add(key, encoded, value)
+
+    async def contribute(self, batch: Contributions) -> None:
+        """Send a micro-batch's contributions: one record per suite|segment key (split
+        where one would exceed `limits.max_output_bytes`)."""
+        limit = self.settings.limits.max_output_bytes - RECORD_OVERHEAD
+        for key, (segment, values) in batch.items():
+            head = b'{"segment":' + segment + b',"results":['
+            chunk: list[bytes] = []
+            size = len(head) + len(key) + 2
+            for value in values:
+                if chunk and size + len(value) + 1 > limit:
+                    await self.send(
+                        self.topics.aggregate_input, key, head + b",".join(chunk) + b"]}"
+                    )
+                    chunk, size = [], len(head) + len(key) + 2
+                chunk.append(value)
+                size += len(value) + 1
+            if chunk:
+                await self.send(self.topics.aggregate_input, key, head + b",".join(chunk) + b"]}")
+        batch.clear()
 
     async def turn(self, session_id: str, value: bytes) -> None:
         """Forward an alignment record to the session stage, keyed by its session."""

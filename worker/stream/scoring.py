@@ -13,14 +13,15 @@ from datetime import datetime
 from typing import Any
 
 import orjson
-from faust.types import TP, AppT, EventT, StreamT
+from faust.types import TP, AppT, EventT
 
 from schemas.envelope import AlignmentRecord, ExtractionRecord, SafeRecord
 from schemas.outputs import CaseResult
 from worker import intake
 from worker.eventtime import Marker, PartitionClock
-from worker.stream.context import StreamContext, source_position
-from worker.stream.publish import OutputTooLarge
+from worker.stream.context import StreamContext, event_context, source_position
+from worker.stream.inflight import InflightGuard
+from worker.stream.publish import Contributions, OutputTooLarge
 from worker.unknown_fields import unknown_fields, with_unknown_fields
 
 log = logging.getLogger("scorestream")
@@ -40,9 +41,10 @@ class ScoreStage:
     ) -> None:
         self.context = context
         self.app = app
-        # `{topic}|{partition}` -> the input offset being processed and how many times
-        # it was started (a changelog table: it survives a crash).
-        self.inflight = inflight
+        # In-flight marks per input partition (a changelog table: it survives a crash).
+        limit = context.settings.limits.poison_pill_attempts
+        self.guard = InflightGuard(inflight, limit) if inflight is not None and limit else None
+        self._event_of: dict[str, EventT] = {}  # an event of each partition in the batch
         self.settings = context.settings
         self.publisher = context.publisher
         self.clocks: dict[int, PartitionClock] = {}
@@ -50,74 +52,107 @@ class ScoreStage:
 
     # ---------------------------------------------------------------- records
 
-    async def agent(self, stream: StreamT) -> None:
-        async for event in stream.events():
-            await self.supervised(event)
+    async def agent(self, stream: Any) -> None:  # faust.Stream: take_events
+        size = self.settings.stream.score_batch_size
+        wait = self.settings.stream.score_batch_wait
+        async for events in stream.take_events(size, within=wait):
+            await self.process_batch(list(events))
 
-    async def supervised(self, event: EventT) -> None:
-        """`process`, where nothing a record does stops the agent: an exception that got
-        past the stage's own handling dead-letters the record (`scoring_error`)."""
+    async def process_batch(self, events: list[EventT]) -> None:
+        """Score a micro-batch in order. Results go out as each record is scored; the
+        batch's contributions to the windows go out combined, one record per
+        suite|segment; only then does each partition's progress count the batch (its
+        markers must follow the contributions they cover)."""
+        careful = await self._guard_batch(events)
+        batch = Contributions()
+        done: list[tuple[intake.SourcePosition, datetime | None]] = []
+        for event in events:
+            source = source_position(event)
+            key = _guard_key(source)
+            if key in careful:
+                attempts = await self._guard_record(key, source.offset)
+                if attempts > self.settings.limits.poison_pill_attempts:
+                    message = (
+                        f"the worker stopped {attempts - 1} times while processing this "
+                        f"record (limits.poison_pill_attempts: "
+                        f"{self.settings.limits.poison_pill_attempts})"
+                    )
+                    await self._dead_letter(event, intake.POISON_PILL, message, source)
+                    done.append((source, None))
+                    continue
+            done.append((source, await self.supervised(event, source, batch)))
+        await self.publisher.contribute(batch)
+        if self.guard is not None:
+            for key, event in self._event_of.items():
+                with event_context(event):
+                    self.guard.end(key)
+        now = self.context.clock()
+        for source, event_time in done:
+            clock = self.clocks.get(source.partition)
+            if clock is None:
+                clock = self.clocks[source.partition] = PartitionClock(quiet_since=now)
+            clock.observe(
+                source.offset, None if event_time is None else event_time.timestamp(), now
+            )
+
+    async def supervised(
+        self, event: EventT, source: intake.SourcePosition, batch: Contributions | None = None
+    ) -> datetime | None:
+        """Score one record, where nothing it does stops the agent: an exception that
+        got past the stage's own handling dead-letters the record (`scoring_error`)."""
         try:
-            await self.process(event)
+            return await self._process(event, source, self.context.now(), batch)
         except Exception as exc:
             log.exception("unexpected failure on an input record")
             try:
-                await self._dead_letter(
-                    event, intake.SCORING_ERROR, repr(exc), source_position(event)
-                )
+                await self._dead_letter(event, intake.SCORING_ERROR, repr(exc), source)
             except Exception:
                 log.exception("could not dead-letter the failed record")
+            return None
 
-    async def process(self, event: EventT) -> None:
-        """Score one input record; then count it in its partition's progress."""
-        source = source_position(event)
-        received = self.context.now()
-        if await self._poison_pill(event, source):
-            event_time = None
-        else:
-            event_time = await self._process(event, source, received)
-        clock = self.clocks.get(source.partition)
-        if clock is None:
-            clock = self.clocks[source.partition] = PartitionClock(quiet_since=self.context.clock())
-        clock.observe(
-            source.offset,
-            None if event_time is None else event_time.timestamp(),
-            self.context.clock(),
-        )
+    async def _guard_batch(self, events: list[EventT]) -> set[str]:
+        """Mark the batch's offset ranges in flight (durably); the partitions whose range
+        overlaps one the worker died in, to be processed record by record."""
+        if self.guard is None:
+            return set()
+        ranges: dict[str, tuple[int, int]] = {}
+        self._event_of.clear()
+        for event in events:
+            key = _guard_key(source_position(event))
+            offset = event.message.offset
+            first, last = ranges.get(key, (offset, offset))
+            ranges[key] = (min(first, offset), max(last, offset))
+            self._event_of[key] = event
+        careful = set()
+        for key, (first, last) in ranges.items():
+            with event_context(self._event_of[key]):  # the mark goes to this partition
+                if self.guard.begin_batch(key, first, last):
+                    careful.add(key)
+        if careful:
+            log.warning("input %s: the worker stopped inside this range; record by record", careful)
+        await self._flush_marks()
+        return careful
 
-    async def _poison_pill(self, event: EventT, source: intake.SourcePosition) -> bool:
-        """Remember durably that this record is in flight; True (and a `poison_pill` dead
-        letter) when it was already in flight `limits.poison_pill_attempts` times without
-        finishing, i.e. when it stopped the worker each time it was processed."""
-        limit = self.settings.limits.poison_pill_attempts
-        if self.inflight is None or limit <= 0:
-            return False
-        key = f"{source.topic}|{source.partition}"
-        mark = self.inflight.get(key)
-        marked = mark.get("offset") if isinstance(mark, dict) else None
-        if isinstance(marked, int) and source.offset < marked:
-            # A replay of a record that finished before the one in flight: keep the mark.
-            return False
-        attempts = 1
-        if marked == source.offset:
-            attempts = int(mark.get("attempts", 0)) + 1 if isinstance(mark, dict) else 1
-        if attempts > limit:
-            self.inflight[key] = {"offset": source.offset, "attempts": 0}
-            message = (
-                f"the worker stopped {attempts - 1} times while processing this record "
-                f"(limits.poison_pill_attempts: {limit})"
-            )
-            await self._dead_letter(event, intake.POISON_PILL, message, source)
-            return True
-        self.inflight[key] = {"offset": source.offset, "attempts": attempts}
-        try:  # the mark is on the broker before the work starts (bounded wait)
+    async def _guard_record(self, key: str, offset: int) -> int:
+        assert self.guard is not None
+        with event_context(self._event_of[key]):
+            attempts = self.guard.begin_record(key, offset)
+        await self._flush_marks()
+        return attempts
+
+    async def _flush_marks(self) -> None:
+        """Make the in-flight marks durable before the work they cover starts."""
+        try:
             await asyncio.wait_for(self.app.producer.flush(), MARK_FLUSH_TIMEOUT)
-        except Exception:  # not started (tests) or slow: the mark stays best effort
-            log.debug("in-flight mark not flushed", exc_info=True)
-        return False
+        except Exception:  # not started (tests) or slow: the marks stay best effort
+            log.debug("in-flight marks not flushed", exc_info=True)
 
     async def _process(
-        self, event: EventT, source: intake.SourcePosition, received: datetime
+        self,
+        event: EventT,
+        source: intake.SourcePosition,
+        received: datetime,
+        batch: Contributions | None = None,
     ) -> datetime | None:
         """Score, forward or dead-letter; the record's event time when it had a usable one."""
         settings = self.settings
@@ -167,7 +202,7 @@ class ScoreStage:
             trace_id=record.trace_id,
         )
         try:
-            await self.publisher.result(result)
+            await self.publisher.result(result, batch=batch)
         except OutputTooLarge as exc:
             await self._dead_letter(event, intake.OUTPUT_TOO_LARGE, str(exc), source)
             return None
@@ -253,6 +288,10 @@ class ScoreStage:
         except Exception:  # not answered yet: not caught up, try on the next tick
             log.debug("no position for %s yet", tp, exc_info=True)
             return None
+
+
+def _guard_key(source: intake.SourcePosition) -> str:
+    return f"{source.topic}|{source.partition}"
 
 
 def observe(context: StreamContext, result: CaseResult, scoring_seconds: float) -> None:

@@ -102,10 +102,11 @@ class WindowStage:
         if marker is not None:
             await self.on_marker(partition, marker)
             return
-        result = _result_of(data["result"])
-        admission = self.store.add(partition, result, data["segment"])
-        if admission.late and data["segment"] == {}:  # one count per result, not per segment
-            self.context.telemetry.record_late(result.suite)
+        for item in data.get("results") or [data["result"]]:
+            result = _result_of(item)
+            admission = self.store.add(partition, result, data["segment"])
+            if admission.late and data["segment"] == {}:  # once per result, not per segment
+                self.context.telemetry.record_late(result.suite)
 
     async def on_marker(self, partition: int, marker: Marker) -> None:
         """Close what the watermark passed; resolve gates gone quiet; now and then publish

@@ -1,0 +1,42 @@
+"""Poison-pill marks: a batch marks its range, a crash inside it sends the next attempt
+record by record, and a record the worker died on too often is a poison pill."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from worker.stream.inflight import InflightGuard
+
+KEY = "in|0"
+
+
+def test_a_finished_batch_leaves_nothing_suspect() -> None:
+    guard = InflightGuard({}, limit=2)
+    assert not guard.begin_batch(KEY, 0, 99)
+    guard.end(KEY)
+    assert not guard.begin_batch(KEY, 50, 149)  # a replay after a clean restart
+
+
+def test_a_crash_inside_a_batch_makes_its_replay_go_record_by_record() -> None:
+    marks: dict[str, Any] = {}
+    InflightGuard(marks, limit=2).begin_batch(KEY, 100, 199)  # the worker dies in it
+    restarted = InflightGuard(marks, limit=2)
+    assert restarted.begin_batch(KEY, 90, 250)  # the replay overlaps: suspect
+    assert restarted.begin_record(KEY, 90) == 1  # before the range: a first attempt
+    assert restarted.begin_record(KEY, 100) == 2  # inside it: the batch was attempt one
+    assert not InflightGuard(marks, limit=2).begin_batch(KEY, 300, 399)
+
+
+def test_a_record_the_worker_dies_on_twice_is_a_poison_pill_on_the_third_try() -> None:
+    marks: dict[str, Any] = {}
+    InflightGuard(marks, limit=2).begin_batch(KEY, 0, 9)  # dies on offset 5
+    second = InflightGuard(marks, limit=2)
+    assert second.begin_batch(KEY, 0, 9)
+    for offset in range(5):  # each record of the crashed batch had one attempt already
+        assert second.begin_record(KEY, offset) == 2
+    assert second.begin_record(KEY, 5) == 2  # dies again
+    third = InflightGuard(marks, limit=2)
+    assert third.begin_batch(KEY, 5, 9)
+    assert third.begin_record(KEY, 5) == 3  # over the limit: dead-lettered, marked done
+    assert marks[KEY]["done"]
+    assert third.begin_record(KEY, 6) == 1
