@@ -27,10 +27,10 @@ from tests.streamkit import (
     WorkerProcess,
     as_lines,
     envelopes,
+    live,
     make_config,
     produce,
     provision,
-    retime,
     settings_of,
     write_config,
 )
@@ -137,15 +137,20 @@ def finite(result: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [item for item in result if math.isfinite(float(item["value"][1]))]
 
 
-def bursts_of_every_suite() -> tuple[list[bytes], list[bytes]]:
-    """Two bursts of the example envelopes of all suites, each with bad records. Event
-    times end 45 s before a window boundary: every result lands in an open window."""
+def bursts_of_every_suite() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Two bursts of the example envelopes of all suites (bad records are added when
+    they are produced)."""
     records = []
     for suite in ("safe", "extraction", "alignment"):
         records.extend(envelopes(EXAMPLES / suite / "envelopes.jsonl"))
-    lines = as_lines(retime(records, lead_s=45.0))
-    half = len(lines) // 2
-    return [*lines[:half], b"not json"], [*lines[half:], b"not json", b'{"suite": "nope"}']
+    half = len(records) // 2
+    return records[:half], records[half:]
+
+
+def live_lines(records: list[dict[str, Any]], *bad: bytes) -> list[bytes]:
+    """The records timed from now on, as live traffic (an idle input's watermark follows
+    the wall clock, so records timed in the past would be late), then `bad`."""
+    return [*as_lines(live(records)), *bad]
 
 
 @pytest.mark.integration
@@ -156,6 +161,7 @@ async def test_every_panel_query_returns_data_from_a_real_prometheus(
     broker: EmbeddedBroker, tmp_path: Path
 ) -> None:
     config = make_config(
+        windows=[{"size": "10s"}],  # windows close, and gates judge them, within seconds
         gates=[
             {
                 "name": "busy",
@@ -164,9 +170,9 @@ async def test_every_panel_query_returns_data_from_a_real_prometheus(
                 "stat": "count",
                 "op": ">",
                 "threshold": 1,
-                "window": "1m",
+                "window": "10s",
             }
-        ]
+        ],
     )
     settings = settings_of(config)
     await provision(settings, broker.url)
@@ -201,16 +207,21 @@ async def test_every_panel_query_returns_data_from_a_real_prometheus(
         first, second = bursts_of_every_suite()
         # Two bursts a few scrapes apart, so that rates and quantiles see increases.
         await asyncio.sleep(3)
-        await produce(broker.bootstrap, settings.topics.input, first)
+        await produce(broker.bootstrap, settings.topics.input, live_lines(first, b"not json"))
         await asyncio.sleep(4)
-        await produce(broker.bootstrap, settings.topics.input, second)
+        bad = (b"not json", b'{"suite": "nope"}')
+        await produce(broker.bootstrap, settings.topics.input, live_lines(second, *bad))
 
         pending = dict(panel_queries())
         trend = "Score trends: window mean with 95% CI / A"
         suites = {"safe", "extraction", "alignment"}
         seen: dict[str, list[dict[str, Any]]] = {}
         deadline = time.monotonic() + 120
+        next_burst = time.monotonic() + 5
         while pending and time.monotonic() < deadline:
+            if time.monotonic() > next_burst:  # traffic keeps flowing: rates stay above 0
+                await produce(broker.bootstrap, settings.topics.input, live_lines(first, *bad))
+                next_burst = time.monotonic() + 5
             for title, expr in list(pending.items()):
                 try:
                     found = finite(prometheus_query(port, expr))

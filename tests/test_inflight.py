@@ -40,3 +40,16 @@ def test_a_record_the_worker_dies_on_twice_is_a_poison_pill_on_the_third_try() -
     assert third.begin_record(KEY, 5) == 3  # over the limit: dead-lettered, marked done
     assert marks[KEY]["done"]
     assert third.begin_record(KEY, 6) == 1
+
+
+def test_only_the_range_the_worker_died_in_goes_record_by_record() -> None:
+    marks: dict[str, Any] = {}
+    InflightGuard(marks, limit=2).begin_batch(KEY, 100, 199)
+    restarted = InflightGuard(marks, limit=2)
+    assert restarted.begin_batch(KEY, 90, 400)
+    assert [restarted.is_suspect(KEY, o) for o in (99, 100, 199, 200)] == [
+        False,
+        True,
+        True,
+        False,
+    ]

@@ -35,6 +35,11 @@ class InflightGuard:
         self.marks[key] = {"first": first, "last": last, "attempts": 1, "done": False}
         return False
 
+    def is_suspect(self, key: str, offset: int) -> bool:
+        """Whether `offset` lies in the range the worker died in (after `begin_batch`)."""
+        crashed = self.suspect.get(key)
+        return crashed is not None and crashed["first"] <= offset <= crashed["last"]
+
     def begin_record(self, key: str, offset: int) -> int:
         """Mark one record in flight; its attempt number (this one included). Above
         `limit`, the record is a poison pill and is marked done instead."""

@@ -69,7 +69,11 @@ class ScoreStage:
         for event in events:
             source = source_position(event)
             key = _guard_key(source)
-            if key in careful:
+            if (
+                key in careful
+                and self.guard is not None
+                and self.guard.is_suspect(key, source.offset)
+            ):
                 attempts = await self._guard_record(key, source.offset)
                 if attempts > self.settings.limits.poison_pill_attempts:
                     message = (
