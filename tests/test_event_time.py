@@ -130,12 +130,20 @@ async def test_sigkill_and_downtime_past_the_window_lose_nothing(
     async with TopicReader(broker.bootstrap, topics.results, topics.aggregates) as reader:
         try:
             worker.start().wait_ready()
-            await produce(broker.bootstrap, topics.input, as_lines(live(cases, step_ms=20)))
+
+            async def stream() -> None:  # 40 cases every half second, live
+                for start in range(0, len(cases), 40):
+                    chunk = as_lines(live(cases[start : start + 40], step_ms=10))
+                    await produce(broker.bootstrap, topics.input, chunk)
+                    await asyncio.sleep(0.5)
+
+            producing = asyncio.create_task(stream())
             await reader.until(
                 lambda r: len(r.records[topics.results]) >= 50, timeout=60, what="50 results"
             )
             worker.kill()
             killed_at = len(reader.records[topics.results])
+            await producing  # the rest arrives while the worker is down
             await asyncio.sleep(30)
             worker.start()
             worker.wait_ready(occurrence=2)

@@ -137,7 +137,7 @@ class ScorestreamApp:
         # events: co-partitioned with the input topic (it has `stream.partitions` too).
         self.inflight = table("inflight")
         judge = settings.alignment.judge
-        self.scoring = ScoreStage(context, app, self.inflight)
+        self.scoring = ScoreStage(context, app, self.inflight, self.ready)
         self.session_stage = SessionStage(
             context,
             self.sessions,

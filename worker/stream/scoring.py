@@ -27,6 +27,7 @@ from worker.unknown_fields import unknown_fields, with_unknown_fields
 log = logging.getLogger("scorestream")
 
 MARK_FLUSH_TIMEOUT = 5.0  # seconds to wait for an in-flight mark to reach the broker
+READY_TIMEOUT = 120.0  # seconds a start-up may take before marks are flushed anyway
 INPUT_GROUP = "in"  # watermark channel group of the input partitions
 
 
@@ -38,9 +39,11 @@ class ScoreStage:
         context: StreamContext,
         app: AppT,
         inflight: MutableMapping[str, Any] | None = None,
+        ready: asyncio.Event | None = None,
     ) -> None:
         self.context = context
         self.app = app
+        self.ready = ready  # set once the worker started: the producer flushes from then
         # In-flight marks per input partition (a changelog table: it survives a crash).
         limit = context.settings.limits.poison_pill_attempts
         self.guard = InflightGuard(inflight, limit) if inflight is not None and limit else None
@@ -145,8 +148,11 @@ class ScoreStage:
         return attempts
 
     async def _flush_marks(self) -> None:
-        """Make the in-flight marks durable before the work they cover starts."""
+        """Make the in-flight marks durable before the work they cover starts (a flush
+        during start-up can stall, so it waits for the worker to be ready first)."""
         try:
+            if self.ready is not None:
+                await asyncio.wait_for(self.ready.wait(), READY_TIMEOUT)
             await asyncio.wait_for(self.app.producer.flush(), MARK_FLUSH_TIMEOUT)
         except Exception:  # not started (tests) or slow: the marks stay best effort
             log.debug("in-flight marks not flushed", exc_info=True)
