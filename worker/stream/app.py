@@ -172,7 +172,11 @@ class ScorestreamApp:
         """Send the progress of this worker's input partitions; sync the gate gauges."""
         if not self.ready.is_set():
             return
-        await self.scoring.send_progress()
+        try:
+            await self.scoring.send_progress()
+        except Exception:  # a timer error would stop the worker: log it, try next tick
+            log.exception("sending progress failed")
+            return
         aggregate_input = self.topics.aggregate_input.get_topic_name()
         owned_here = {
             tp.partition for tp in self.app.consumer.assignment() if tp.topic == aggregate_input

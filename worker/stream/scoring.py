@@ -267,7 +267,11 @@ class ScoreStage:
                 clock = self.clocks[tp.partition] = PartitionClock(quiet_since=now)
             if not clock.observed:  # nothing read since the assignment: where it stands
                 clock.next_offset = await self._position(tp)
-            clock.follow_wall_clock(now, consumer.highwater(tp), self.settings.idle_timeout)
+            try:
+                highwater = consumer.highwater(tp)
+            except Exception:  # revoked meanwhile (a rebalance): the next tick sees it
+                continue
+            clock.follow_wall_clock(now, highwater, self.settings.idle_timeout)
             if clock.progress is None:
                 continue
             last = self.sent.get(tp.partition)
