@@ -26,7 +26,6 @@ from worker.unknown_fields import unknown_fields, with_unknown_fields
 
 log = logging.getLogger("scorestream")
 
-MARK_FLUSH_TIMEOUT = 5.0  # seconds to wait for an in-flight mark to reach the broker
 READY_TIMEOUT = 120.0  # seconds a start-up may take before marks are flushed anyway
 INPUT_GROUP = "in"  # watermark channel group of the input partitions
 
@@ -153,7 +152,9 @@ class ScoreStage:
         try:
             if self.ready is not None:
                 await asyncio.wait_for(self.ready.wait(), READY_TIMEOUT)
-            await asyncio.wait_for(self.app.producer.flush(), MARK_FLUSH_TIMEOUT)
+            # Not under a timeout: cancelling a flush midway can leave Faust's producer
+            # buffer stuck, and the stage with it.
+            await self.app.producer.flush()
         except Exception:  # not started (tests) or slow: the marks stay best effort
             log.debug("in-flight marks not flushed", exc_info=True)
 
