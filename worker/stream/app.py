@@ -33,8 +33,10 @@ from worker.engines import Engines
 from worker.kafka_security import aiokafka_options, faust_options, internal_topic_configs
 from worker.stream.changelog_ends import exact_highwaters
 from worker.stream.context import StreamContext
+from worker.stream.durable_table import durable_table
 from worker.stream.publish import Publisher, StreamTopics
 from worker.stream.scoring import ScoreStage
+from worker.stream.seek_guard import guard_seek
 from worker.stream.sessions import SessionStage
 from worker.stream.windows import WindowStage
 from worker.suites.alignment.judge import SafetyJudge
@@ -135,7 +137,9 @@ class ScorestreamApp:
         self.gate_states = table("gates")
         # Input offset ranges in flight, by input partition, written from the input's own
         # events: co-partitioned with the input topic (it has `stream.partitions` too).
-        self.inflight = table("inflight")
+        self.inflight = durable_table(
+            app, "inflight", partitions=partitions, key_type=str, extra_topic_configs=internal
+        )
         judge = settings.alignment.judge
         self.scoring = ScoreStage(context, app, self.inflight, self.ready)
         self.session_stage = SessionStage(
@@ -156,6 +160,8 @@ class ScorestreamApp:
             consumer.highwaters = exact_highwaters(  # type: ignore[method-assign,assignment]
                 consumer.highwaters, bootstrap_servers(broker), aiokafka_options(settings)
             )
+        streams = (self.topics.input, self.topics.turns, self.topics.aggregate_input)
+        guard_seek(app.consumer, {topic.get_topic_name() for topic in streams})
         app.on_partitions_revoked.connect(self._on_revoked)
 
     async def _on_ready(self) -> None:

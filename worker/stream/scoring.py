@@ -27,6 +27,7 @@ from worker.unknown_fields import unknown_fields, with_unknown_fields
 log = logging.getLogger("scorestream")
 
 READY_TIMEOUT = 120.0  # seconds a start-up may take before marks are flushed anyway
+MARK_TIMEOUT = 30.0  # seconds to wait for the broker to acknowledge in-flight marks
 INPUT_GROUP = "in"  # watermark channel group of the input partitions
 
 
@@ -45,6 +46,7 @@ class ScoreStage:
         self.ready = ready  # set once the worker started: the producer flushes from then
         # In-flight marks per input partition (a changelog table: it survives a crash).
         limit = context.settings.limits.poison_pill_attempts
+        self.marks = inflight
         self.guard = InflightGuard(inflight, limit) if inflight is not None and limit else None
         self._event_of: dict[str, EventT] = {}  # an event of each partition in the batch
         self.settings = context.settings
@@ -147,14 +149,14 @@ class ScoreStage:
         return attempts
 
     async def _flush_marks(self) -> None:
-        """Make the in-flight marks durable before the work they cover starts (a flush
-        during start-up can stall, so it waits for the worker to be ready first)."""
+        """Make the in-flight marks durable before the work they cover starts (the
+        producer only sends once the worker is ready, so that is awaited first)."""
         try:
             if self.ready is not None:
                 await asyncio.wait_for(self.ready.wait(), READY_TIMEOUT)
-            # Not under a timeout: cancelling a flush midway can leave Faust's producer
-            # buffer stuck, and the stage with it.
-            await self.app.producer.flush()
+            written = getattr(self.marks, "written", None)
+            if written is not None and not await written(MARK_TIMEOUT):
+                log.warning("in-flight marks not acknowledged in %ss", MARK_TIMEOUT)
         except Exception:  # not started (tests) or slow: the marks stay best effort
             log.debug("in-flight marks not flushed", exc_info=True)
 

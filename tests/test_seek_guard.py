@@ -1,0 +1,54 @@
+"""The seek guard: nothing Faust fetches during its post-rebalance seek reaches a stream
+queue, and stream partitions with no committed offset are read again from the start."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+from aiokafka import TopicPartition
+
+from worker.stream.seek_guard import guard_seek
+
+
+class FakeConsumer:
+    """What the guard touches of a Faust consumer, recording the order of calls."""
+
+    def __init__(self, committed: dict[TopicPartition, int | None], reset: str) -> None:
+        self.calls: list[Any] = []
+        self.committed = committed
+        self.app = SimpleNamespace(conf=SimpleNamespace(consumer_auto_offset_reset=reset))
+        self._thread = SimpleNamespace(seek_to_beginning=self._seek_to_beginning)
+
+    def stop_flow(self) -> None:
+        self.calls.append("stop_flow")
+
+    async def seek_to_committed(self) -> dict[TopicPartition, int | None]:
+        self.calls.append("seek_to_committed")
+        return self.committed
+
+    async def _seek_to_beginning(self, *partitions: TopicPartition) -> None:
+        self.calls.append(("seek_to_beginning", sorted(partitions)))
+
+
+INPUT = [TopicPartition("in", p) for p in range(3)]
+CHANGELOG = TopicPartition("app-windows-changelog", 0)
+
+
+async def test_the_flow_stops_before_the_seek_and_uncommitted_inputs_start_over() -> None:
+    committed = {INPUT[0]: 12, INPUT[1]: None, INPUT[2]: 0, CHANGELOG: None}
+    consumer = FakeConsumer(committed, reset="earliest")
+    guard_seek(consumer, {"in"})
+    assert await consumer.seek_to_committed() == committed
+    assert consumer.calls == [
+        "stop_flow",
+        "seek_to_committed",
+        ("seek_to_beginning", [INPUT[1], INPUT[2]]),  # never the changelog
+    ]
+
+
+async def test_with_latest_reset_uncommitted_partitions_stay_where_they_are() -> None:
+    consumer = FakeConsumer({INPUT[0]: None}, reset="latest")
+    guard_seek(consumer, {"in"})
+    await consumer.seek_to_committed()
+    assert consumer.calls == ["stop_flow", "seek_to_committed"]

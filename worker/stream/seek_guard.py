@@ -1,0 +1,48 @@
+"""Keeps Faust from losing the records it fetches while a rebalance seeks to committed offsets.
+
+At the end of a rebalance Faust's recovery resumes the stream partitions, seeks every
+assigned partition to its committed offset (one request per partition), and only then
+resumes flow control, which empties every stream queue. Its fetcher runs throughout, so
+records it fetches during the seek are put in a queue that is then emptied, while the
+consumer's position has moved past them. A worker restarted on a backlog read nothing
+until new input arrived (reproduced on Tansu about one restart in three; the window is
+the length of the seek, so Apache Kafka is exposed too).
+
+`guard_seek` stops the consumer's flow before the seek, so nothing reaches a queue in that
+window (Faust resumes the flow right after it empties the queues), and rewinds the stream
+partitions that have no committed offset to their beginning, as a new consumer with
+`auto_offset_reset: earliest` starts (aiokafka leaves those positions where they are, which
+may be past records that were fetched and dropped).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Collection, Mapping
+from typing import Any
+
+log = logging.getLogger("scorestream")
+
+SeekToCommitted = Callable[[], Awaitable[Mapping[Any, int | None]]]
+
+
+def guard_seek(consumer: Any, stream_topics: Collection[str]) -> None:
+    """Wrap a Faust consumer's `seek_to_committed` (its `perform_seek` calls it) in place."""
+    seek_to_committed: SeekToCommitted = consumer.seek_to_committed
+    topics = frozenset(stream_topics)
+    rewind_uncommitted = consumer.app.conf.consumer_auto_offset_reset == "earliest"
+
+    async def guarded() -> Mapping[Any, int | None]:
+        consumer.stop_flow()  # Faust resumes the flow once the seek is done
+        committed = await seek_to_committed()
+        if rewind_uncommitted:
+            fresh = [tp for tp, offset in committed.items() if not offset and tp.topic in topics]
+            if fresh:
+                log.debug("no committed offset: reading %s from the beginning", fresh)
+                await consumer._thread.seek_to_beginning(*fresh)
+        return committed
+
+    consumer.seek_to_committed = guarded
+
+
+__all__ = ["guard_seek"]
