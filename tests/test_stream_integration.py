@@ -376,7 +376,9 @@ async def test_alignment_window_equals_score_with_the_judge_on(
     assert window["count"] == len(sessions)
     assert len(streamed_prompts) == len(sessions)
     assert streamed_prompts == offline_prompts
+    # The embeddings are float32 and the stream encodes its texts in other batches than
+    # `score` does (padding changes the summation order): agreement to 1e-6, not 1e-9.
     for metric in ("authenticity", "safety", "stability", "overall"):
         assert window["metrics"][metric]["mean"] == pytest.approx(
-            report["summary"][metric]["mean"], abs=1e-9
+            report["summary"][metric]["mean"], abs=1e-6
         ), metric

@@ -37,7 +37,7 @@ from worker.unknown_fields import unknown_fields, with_unknown_fields
 log = logging.getLogger("scorestream")
 
 SESSION_GROUP = "sess"  # watermark channel group of the session stage's partitions
-EMBEDDING_CHUNK = 16  # texts encoded per executor call inside a micro-batch
+EMBEDDING_CHUNK = 64  # texts per executor call (bench/stream.py: 1.25x the turns/s of 16)
 
 
 @dataclass(frozen=True)
