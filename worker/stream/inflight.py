@@ -1,7 +1,8 @@
 """Poison-pill protection: durable marks of the input offsets being processed.
 
-Pure: works over a mapping (a Faust global table in production, a dict in tests); the
-caller makes the marks durable (flushes the producer) before it processes anything.
+Pure: works over a mapping (a table co-partitioned with the input in production, a dict
+in tests); the caller makes the marks durable (waits for the broker to acknowledge them)
+before it processes anything.
 
 A micro-batch marks its offset range per input partition before it starts and as done
 when it ends: one or two writes per batch. When a batch overlaps a range that was marked
