@@ -20,16 +20,10 @@ import orjson
 
 from schemas.outputs import CaseResult, RecordSource, Versions
 from worker import aggregation
+from worker.gate_fields import SCORE_METRICS
 from worker.windows import WindowKey
 
-METRICS = [f"{mode}_{part}" for mode in ("strict", "relaxed", "type") for part in "prf"] + [
-    "parse_success",
-    "schema_compliant",
-    "hallucinated",
-    "cot_type_consistent",
-    "cot_argument_consistent",
-    "cot_faithful",
-]
+METRICS = SCORE_METRICS["extraction"]  # the extraction suite's per-result scores
 WINDOW = WindowKey(3600.0, None, 1_714_564_800.0)
 
 

@@ -46,7 +46,6 @@ class ScoreStage:
         self.ready = ready  # set once the worker started: the producer flushes from then
         # In-flight marks per input partition (a changelog table: it survives a crash).
         limit = context.settings.limits.poison_pill_attempts
-        self.marks = inflight
         self.guard = InflightGuard(inflight, limit) if inflight is not None and limit else None
         self._event_of: dict[str, EventT] = {}  # an event of each partition in the batch
         self.settings = context.settings
@@ -154,7 +153,8 @@ class ScoreStage:
         try:
             if self.ready is not None:
                 await asyncio.wait_for(self.ready.wait(), READY_TIMEOUT)
-            written = getattr(self.marks, "written", None)
+            marks = self.guard.marks if self.guard is not None else None
+            written = getattr(marks, "written", None)
             if written is not None and not await written(MARK_TIMEOUT):
                 log.warning("in-flight marks not acknowledged in %ss", MARK_TIMEOUT)
         except Exception:  # not started (tests) or slow: the marks stay best effort
