@@ -9,14 +9,12 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-EXIT_ERROR = 3  # configuration, usage or runtime error (seed 004 section 7.3)
-
-
-class UsageError(Exception):
-    """Bad command-line usage; exits 3, never argparse's 2 (which means Review here)."""
+from worker.exit_codes import EXIT_ERROR, EXIT_INTERRUPTED, UsageError
 
 
 class _Parser(argparse.ArgumentParser):
+    """argparse with the usage-error exit code: 3, never argparse's 2 (which means Review)."""
+
     def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
         self.exit(EXIT_ERROR, f"{self.prog}: error: {message}\n")
@@ -129,7 +127,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"scorestream {args.command}: {exc}", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

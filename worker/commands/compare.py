@@ -21,9 +21,10 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
+from worker.exit_codes import EXIT_ERROR as EXIT_BAD_INPUT
+from worker.exit_codes import EXIT_OK, EXIT_REGRESSION
 from worker.stats import bootstrap_diff_ci
 
-EXIT_OK, EXIT_REGRESSION, EXIT_BAD_INPUT = 0, 1, 3
 # Per-case metrics where lower is better (matched as substrings of the metric name).
 LOWER_IS_BETTER = ("hallucination", "error", "latency", "violation", "repair")
 

@@ -19,14 +19,12 @@ from rich.table import Table
 from schemas.envelope import parse_event_time
 from schemas.outputs import CaseResult, GateEvent
 from topics.provision import bootstrap_servers
-from worker.cli import UsageError
 from worker.commands.stream import broker_of, client_options, settings_for
 from worker.config import Settings, parse_duration
 from worker.connection import BrokerUnavailable, within
 from worker.drilldown import Query, Selection, gate_event_query, select, window_query
+from worker.exit_codes import EXIT_MISSING, EXIT_OK, UsageError
 from worker.intake import describe_validation_error
-
-EXIT_MISSING = 1  # some cases a gate event names are not on the results topic
 
 
 def run_results(args: argparse.Namespace) -> int:
@@ -47,7 +45,7 @@ def run_results(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_MISSING
-    return 0
+    return EXIT_OK
 
 
 # ---------------------------------------------------------------- arguments

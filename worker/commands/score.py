@@ -23,6 +23,7 @@ from rich.console import Console
 from rich.progress import Progress
 
 from worker.config import ConfigError, Settings, load_settings
+from worker.exit_codes import EXIT_ERROR
 from worker.inputs import (
     RawRow,
     RowError,
@@ -35,7 +36,6 @@ from worker.inputs import (
 from worker.suites.base import BatchItem, BatchOptions, BatchReport, BatchScorer
 from worker.unknown_fields import NATIVE_ROW_KEYS, unknown_fields
 
-EXIT_ERROR = 3
 PROGRESS_MIN_ROWS = 500  # a progress bar only for files this large, on a terminal
 _SEVERITY = {0: 0, 2: 1, 1: 2, EXIT_ERROR: 3}  # worst wins: 3 > 1 > 2 > 0
 

@@ -14,9 +14,9 @@ from aiokafka import AIOKafkaProducer
 
 from topics.catalog import AGGREGATES, DEAD_LETTERS, GATES, INPUT, RESULTS
 from topics.provision import bootstrap_servers, create_topics, list_topics
-from worker.cli import UsageError
 from worker.config import ConfigError, Settings, TopicNames, load_settings
 from worker.connection import BrokerUnavailable, within
+from worker.exit_codes import UsageError
 from worker.kafka_security import aiokafka_options
 from worker.logs import json_logging_config
 
