@@ -35,9 +35,9 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from topics.catalog import topic_names  # noqa: E402
 from topics.provision import create_topics  # noqa: E402
 from worker.broker import TANSU_STREAM_SETTINGS, EmbeddedBroker  # noqa: E402
-from worker.commands.stream import topic_names  # noqa: E402
 from worker.config import load_settings  # noqa: E402
 
 EXAMPLES = REPO / "examples"

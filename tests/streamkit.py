@@ -20,9 +20,10 @@ import orjson
 import yaml
 from aiokafka import AIOKafkaConsumer
 
+from topics.catalog import topic_names
 from topics.provision import create_topics
 from worker.broker import TANSU_STREAM_SETTINGS
-from worker.commands.stream import produce_lines, topic_names
+from worker.commands.stream import produce_lines
 from worker.config import Settings, load_settings
 from worker.stream import ScorestreamApp
 

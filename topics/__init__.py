@@ -8,6 +8,18 @@ from topics.catalog import (
     INPUT,
     RESULTS,
     TopicSpec,
+    record_key,
+    topic_names,
 )
 
-__all__ = ["AGGREGATES", "CATALOG", "DEAD_LETTERS", "GATES", "INPUT", "RESULTS", "TopicSpec"]
+__all__ = [
+    "AGGREGATES",
+    "CATALOG",
+    "DEAD_LETTERS",
+    "GATES",
+    "INPUT",
+    "RESULTS",
+    "TopicSpec",
+    "record_key",
+    "topic_names",
+]

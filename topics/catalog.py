@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Protocol
 
+import orjson
 from pydantic import BaseModel
 
 from schemas.envelope import InputRecord
@@ -103,3 +105,42 @@ CATALOG: dict[str, TopicSpec] = {
 def renamed(prefix: str = "", suffix: str = "") -> dict[str, str]:
     """Map each catalog name to a prefixed/suffixed name (isolated topics for tests)."""
     return {name: f"{prefix}{name}{suffix}" for name in CATALOG}
+
+
+class ConfiguredNames(Protocol):
+    """The name each catalog topic has in one deployment (`worker.config.TopicNames`)."""
+
+    input: str
+    results: str
+    aggregates: str
+    gates: str
+    dead_letters: str
+
+
+def topic_names(names: ConfiguredNames) -> dict[str, str]:
+    """Catalog name -> configured name."""
+    return {
+        INPUT: names.input,
+        RESULTS: names.results,
+        AGGREGATES: names.aggregates,
+        GATES: names.gates,
+        DEAD_LETTERS: names.dead_letters,
+    }
+
+
+def record_key(line: bytes) -> bytes | None:
+    """The advisory key of an input record (a JSON envelope): `payload.session_id` for
+    alignment, `id` otherwise; None when the line has neither (or is not an envelope)."""
+    try:
+        data = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(data, dict):
+        return None
+    payload = data.get("payload")
+    if data.get("suite") == "alignment" and isinstance(payload, dict):
+        session = payload.get("session_id")
+        if isinstance(session, str):
+            return session.encode("utf-8")
+    ident = data.get("id")
+    return ident.encode("utf-8") if isinstance(ident, str) else None

@@ -9,12 +9,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-import orjson
 from aiokafka import AIOKafkaProducer
 
-from topics.catalog import AGGREGATES, DEAD_LETTERS, GATES, INPUT, RESULTS
+from topics.catalog import record_key, topic_names
 from topics.provision import bootstrap_servers, create_topics, list_topics
-from worker.config import ConfigError, Settings, TopicNames, load_settings
+from worker.config import ConfigError, Settings, load_settings
 from worker.connection import BrokerUnavailable, within
 from worker.exit_codes import UsageError
 from worker.kafka_security import aiokafka_options
@@ -36,17 +35,6 @@ def broker_of(settings: Settings) -> str:
     if not settings.broker:
         raise UsageError("no broker: pass --broker, set SCORESTREAM_BROKER or `broker:` in config")
     return settings.broker
-
-
-def topic_names(names: TopicNames) -> dict[str, str]:
-    """Catalog name -> configured name."""
-    return {
-        INPUT: names.input,
-        RESULTS: names.results,
-        AGGREGATES: names.aggregates,
-        GATES: names.gates,
-        DEAD_LETTERS: names.dead_letters,
-    }
 
 
 def client_options(settings: Settings) -> dict[str, Any]:
@@ -100,23 +88,6 @@ def run_worker(args: argparse.Namespace) -> int:
     finally:
         scorer.telemetry.stop()
     return 0
-
-
-def record_key(line: bytes) -> bytes | None:
-    """The advisory key: `payload.session_id` for alignment, `id` otherwise."""
-    try:
-        data = orjson.loads(line)
-    except orjson.JSONDecodeError:
-        return None
-    if not isinstance(data, dict):
-        return None
-    payload = data.get("payload")
-    if data.get("suite") == "alignment" and isinstance(payload, dict):
-        session = payload.get("session_id")
-        if isinstance(session, str):
-            return session.encode("utf-8")
-    ident = data.get("id")
-    return ident.encode("utf-8") if isinstance(ident, str) else None
 
 
 async def produce_lines(
