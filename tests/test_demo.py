@@ -27,15 +27,9 @@ from schemas.outputs import (
     Versions,
     WindowSpan,
 )
-from worker.commands.demo import (
-    DEFAULT_CONFIG,
-    STREAM,
-    demo_settings,
-    event_seconds,
-    phases,
-    retime,
-)
 from worker.config import TopicNames, WindowConfig
+from worker.demo.example_stream import STREAM, event_seconds, phases, retime
+from worker.demo.settings import DEFAULT_CONFIG, demo_settings
 from worker.scorecard import Scorecard
 
 REPO = Path(__file__).resolve().parents[1]
