@@ -85,9 +85,9 @@ class WindowConfig(Section):
     @property
     def name(self) -> str:
         """Label used in topic keys and Prometheus: '1m' or '1h/5m'."""
-        if self.step is None or self.step == self.size:
-            return format_duration(self.size)
-        return f"{format_duration(self.size)}/{format_duration(self.step)}"
+        from worker.windows import window_name  # (worker.windows imports this module)
+
+        return window_name(self.size, self.step)
 
 
 class GateConfig(Section):

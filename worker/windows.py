@@ -17,6 +17,14 @@ from schemas.outputs import WindowSpan
 from worker.config import WindowConfig, format_duration
 
 
+def window_name(size: float, step: float | None) -> str:
+    """The name of a window configuration in topic keys, Prometheus labels and reports:
+    '1m' for a tumbling window (`step` None or `size`), '1h/5m' for a hopping one."""
+    if step is None or step == size:
+        return format_duration(size)
+    return f"{format_duration(size)}/{format_duration(step)}"
+
+
 @dataclass(frozen=True)
 class WindowKey:
     """One window instance: `size` and `step` in seconds (`step` None: tumbling)."""
@@ -32,9 +40,7 @@ class WindowKey:
     @property
     def name(self) -> str:
         """The window's configured name, as `WindowConfig.name`: '1m' or '1h/5m'."""
-        if self.step is None or self.step == self.size:
-            return format_duration(self.size)
-        return f"{format_duration(self.size)}/{format_duration(self.step)}"
+        return window_name(self.size, self.step)
 
     def sort_key(self) -> tuple[float, float, float]:
         return (self.size, self.step or 0.0, self.start)
@@ -81,4 +87,4 @@ def assign_windows(event_time: float, windows: Iterable[WindowConfig]) -> list[W
     return [key for window in windows for key in windows_for(event_time, window)]
 
 
-__all__ = ["WindowKey", "assign_windows", "windows_for"]
+__all__ = ["WindowKey", "assign_windows", "window_name", "windows_for"]
