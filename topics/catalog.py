@@ -1,4 +1,8 @@
-"""The topic catalog: every topic scorestream reads or writes, with its settings and schemas."""
+"""The topic catalog: every topic scorestream reads or writes, with its settings and schemas.
+
+Also the name each catalog topic has in one deployment (`topic_names`) and the advisory key
+of an input record (`record_key`).
+"""
 
 from __future__ import annotations
 
@@ -6,7 +10,6 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 import orjson
-from pydantic import BaseModel
 
 from schemas.envelope import InputRecord
 from schemas.outputs import Aggregate, CaseResult, DeadLetter, GateEvent
@@ -35,12 +38,6 @@ class TopicSpec:
             cfg["retention.ms"] = str(self.retention_ms)
         return cfg
 
-    def value_model_name(self) -> str:
-        model = self.value_schema
-        if isinstance(model, type) and issubclass(model, BaseModel):
-            return model.__name__
-        return "InputRecord"
-
 
 INPUT = "llm.responses.v1"
 RESULTS = "llm.eval.results.v1"
@@ -50,61 +47,58 @@ DEAD_LETTERS = "llm.responses.v1.dlq"
 
 DEFAULT_PARTITIONS = 4
 
-CATALOG: dict[str, TopicSpec] = {
-    spec.name: spec
-    for spec in (
-        TopicSpec(
-            name=INPUT,
-            partitions=DEFAULT_PARTITIONS,
-            retention_ms=7 * DAY_MS,
-            cleanup_policy="delete",
-            key_format="payload.session_id for alignment, id otherwise (advisory)",
-            value_schema=InputRecord,
-            description="Model responses and eval cases to score, one JSON envelope each.",
-        ),
-        TopicSpec(
-            name=RESULTS,
-            partitions=DEFAULT_PARTITIONS,
-            retention_ms=30 * DAY_MS,
-            cleanup_policy="compact,delete",
-            key_format="{suite}:{id}; alignment sessions alignment:session:{session_id}",
-            value_schema=CaseResult,
-            description="One result per scored case, turn and closed alignment session.",
-        ),
-        TopicSpec(
-            name=AGGREGATES,
-            partitions=DEFAULT_PARTITIONS,
-            retention_ms=30 * DAY_MS,
-            cleanup_policy="compact,delete",
-            key_format="{suite}|{segment}|{window_size}|{window_start}",
-            value_schema=Aggregate,
-            description="Windowed aggregates, updated as they change and once final.",
-        ),
-        TopicSpec(
-            name=GATES,
-            partitions=1,
-            retention_ms=90 * DAY_MS,
-            cleanup_policy="delete",
-            key_format="{gate}|{segment}",
-            value_schema=GateEvent,
-            description="Gate state changes (firing / resolved).",
-        ),
-        TopicSpec(
-            name=DEAD_LETTERS,
-            partitions=1,
-            retention_ms=30 * DAY_MS,
-            cleanup_policy="delete",
-            key_format="the input record's key",
-            value_schema=DeadLetter,
-            description="Inputs that could not be scored, with the reason.",
-        ),
-    )
+# Each topic on the broker: partitions, retention in days, cleanup policy. Results and
+# aggregates are compacted too: a newer value for a key (a window's final aggregate, a
+# case's result scored again) replaces the older one.
+_LAYOUT: dict[str, tuple[int, int, str]] = {
+    INPUT: (DEFAULT_PARTITIONS, 7, "delete"),
+    RESULTS: (DEFAULT_PARTITIONS, 30, "compact,delete"),
+    AGGREGATES: (DEFAULT_PARTITIONS, 30, "compact,delete"),
+    GATES: (1, 90, "delete"),
+    DEAD_LETTERS: (1, 30, "delete"),
+}
+
+# Each topic's contract: the schema of its values, its keys and what it carries.
+_CONTRACTS: dict[str, tuple[object, str, str]] = {
+    INPUT: (
+        InputRecord,
+        "payload.session_id for alignment, id otherwise (advisory)",
+        "Model responses and eval cases to score, one JSON envelope each.",
+    ),
+    RESULTS: (
+        CaseResult,
+        "{suite}:{id}; alignment sessions alignment:session:{session_id}",
+        "One result per scored case, turn and closed alignment session.",
+    ),
+    AGGREGATES: (
+        Aggregate,
+        "{suite}|{segment}|{window_size}|{window_start}",
+        "Windowed aggregates, updated as they change and once final.",
+    ),
+    GATES: (GateEvent, "{gate}|{segment}", "Gate state changes (firing / resolved)."),
+    DEAD_LETTERS: (
+        DeadLetter,
+        "the input record's key",
+        "Inputs that could not be scored, with the reason.",
+    ),
 }
 
 
-def renamed(prefix: str = "", suffix: str = "") -> dict[str, str]:
-    """Map each catalog name to a prefixed/suffixed name (isolated topics for tests)."""
-    return {name: f"{prefix}{name}{suffix}" for name in CATALOG}
+def _spec(name: str) -> TopicSpec:
+    partitions, retention_days, cleanup_policy = _LAYOUT[name]
+    value_schema, key_format, description = _CONTRACTS[name]
+    return TopicSpec(
+        name=name,
+        partitions=partitions,
+        retention_ms=retention_days * DAY_MS,
+        cleanup_policy=cleanup_policy,
+        key_format=key_format,
+        value_schema=value_schema,
+        description=description,
+    )
+
+
+CATALOG: dict[str, TopicSpec] = {name: _spec(name) for name in _LAYOUT}
 
 
 class ConfiguredNames(Protocol):

@@ -16,6 +16,7 @@ import platform
 import re
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from functools import partial
 from socketserver import ThreadingMixIn
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
@@ -101,89 +102,79 @@ class Telemetry:
         self.guard = LabelGuard(max_label_values, max_label_length)
         self._servers: list[WSGIServer] = []
         self._newest_window: dict[tuple[str, ...], float] = {}
-        registry = self.registry
-        self.cases = Counter(
+        self._readiness: Callable[[], bool] | None = None
+        self._connected: bool | None = None
+        # Every metric on this object's registry.
+        counter = partial(Counter, registry=self.registry)
+        gauge = partial(Gauge, registry=self.registry)
+        histogram = partial(Histogram, registry=self.registry)
+        self.cases = counter(
             "scorestream_cases_total",
             "Scored cases, turns and sessions by label (none: no label).",
             ["suite", "label"],
-            registry=registry,
         )
-        self.dead_letters = Counter(
+        self.dead_letters = counter(
             "scorestream_dead_letters_total",
             "Inputs sent to the dead-letter topic, by reason.",
             ["reason"],
-            registry=registry,
         )
-        self.score = Histogram(
+        self.score = histogram(
             "scorestream_score",
             "Per-case metric values.",
             ["suite", "metric"],
             buckets=SCORE_BUCKETS,
-            registry=registry,
         )
-        self.scoring_duration = Histogram(
+        self.scoring_duration = histogram(
             "scorestream_scoring_duration_seconds",
             "Time spent scoring one input.",
             ["suite"],
             buckets=SCORING_BUCKETS,
-            registry=registry,
         )
-        self.end_to_end_latency = Histogram(
+        self.end_to_end_latency = histogram(
             "scorestream_end_to_end_latency_seconds",
             "From the input's event time to its result being produced.",
             ["suite"],
             buckets=LATENCY_BUCKETS,
-            registry=registry,
         )
-        self.window_value = Gauge(
+        self.window_value = gauge(
             "scorestream_window_value",
             "A statistic of the newest window of each suite, segment and window size.",
             ["suite", "metric", "stat", "window", *self.segment_labels],
-            registry=registry,
         )
-        self.gate_firing = Gauge(
+        self.gate_firing = gauge(
             "scorestream_gate_firing",
             "1 while a gate fires for a segment, else 0.",
             ["gate", *self.segment_labels],
-            registry=registry,
         )
-        self.embedding_batch_size = Histogram(
+        self.embedding_batch_size = histogram(
             "scorestream_embedding_batch_size",
             "Texts per embedding batch.",
             buckets=BATCH_BUCKETS,
-            registry=registry,
         )
-        self.consumer_lag = Gauge(
+        self.consumer_lag = gauge(
             "scorestream_consumer_lag",
             "Records of an assigned input partition not yet read by this worker.",
             ["topic", "partition"],
-            registry=registry,
         )
-        self.broker_connected = Gauge(
+        self.broker_connected = gauge(
             "scorestream_broker_connected",
             "1 while the last request to the Kafka broker succeeded, 0 after one failed.",
-            registry=registry,
         )
-        self.build_info = Gauge(
+        self.build_info = gauge(
             "scorestream_build_info",
             "Always 1; the labels say which scorestream and Python run.",
             ["version", "python"],
-            registry=registry,
         )
         self.build_info.labels(scorestream_version(), platform.python_version()).set(1)
-        self._readiness: Callable[[], bool] | None = None
-        self._connected: bool | None = None
-        self.late_records = Counter(
+        self.late_records = counter(
             "scorestream_late_records_total",
             "Records for windows already closed (scored, not aggregated).",
             ["suite"],
-            registry=registry,
         )
-        self.unknown_fields = Counter(
+        self.unknown_fields = counter(
             "scorestream_unknown_fields_total",
             "Payload fields no scorer reads (misspelt or unsupported), by suite.",
             ["suite"],
-            registry=registry,
         )
 
     @classmethod
