@@ -225,18 +225,24 @@ def update(
     _remember(state, result)
     state["count"] += 1
     ident = sample_id(result)
+    key = sample_key(ident)
     capacity = int(state["reservoir_size"])
     worst = state.setdefault("worst", {})
     worst_k = int(state.get("worst_k", DEFAULT_WORST_K))
+    all_moments, samples = state["moments"], state["samples"]
     for metric, value in result.scores.items():
-        moments = Moments.from_json(state["moments"].get(metric, Moments().to_json()))
-        sample = state["samples"].setdefault(metric, {"capacity": capacity, "items": {}})
+        moments = all_moments.get(metric)
+        if moments is None:
+            moments = all_moments[metric] = Moments().to_json()
+        sample = samples.get(metric)
+        if sample is None:
+            sample = samples[metric] = {"capacity": capacity, "items": {}}
         if value is not None and math.isfinite(value):
-            moments.add(float(value))
-            _sample_add(sample, ident, float(value))
+            value = float(value)
+            _moments_add(moments, value)
+            _sample_add(sample, ident, key, value)
             if worst_k > 0:
-                _worst_add(worst.setdefault(metric, []), metric, result, float(value), worst_k)
-        state["moments"][metric] = moments.to_json()
+                _worst_add(worst.setdefault(metric, []), metric, result, value, worst_k)
     if result.label is not None:
         state["label_counts"][result.label] = state["label_counts"].get(result.label, 0) + 1
     if result.grade is not None:
@@ -249,25 +255,53 @@ def update(
     return state, True
 
 
-def _sample_add(sample: dict[str, Any], ident: str, value: float) -> None:
-    """`Reservoir.add` without rehashing the sample for items that would not enter it.
+def _moments_add(moments: list[Any], value: float) -> None:
+    """`Moments.add` on the state's JSON list, in place (no object per metric and case)."""
+    moments[0] += 1
+    moments[1] += value
+    moments[2] += value * value
+    low, high = moments[3], moments[4]
+    if low is None or value < low:
+        moments[3] = value
+    if high is None or value > high:
+        moments[4] = value
 
-    `cutoff` caches the largest `sample_key` in a full sample (extra key, ignored by
-    `Reservoir.from_json`).
+
+def _sample_add(sample: dict[str, Any], ident: str, key: float, value: float) -> None:
+    """`Reservoir.add` for an item of key `key` (`sample_key(ident)`), cheap per case.
+
+    A full sample also keeps `order`, its ids by ascending key, and `cutoff`, the largest
+    key (extra fields, ignored by `Reservoir.from_json`): an item above the cutoff is
+    skipped at once, one below it replaces the last id in `order`.
     """
     items: dict[str, float] = sample["items"]
     capacity = int(sample["capacity"])
     if ident in items or len(items) < capacity:
         items[ident] = value
-        if len(items) == capacity:
-            sample["cutoff"] = max(sample_key(item) for item in items)
+        if len(items) >= capacity and "order" not in sample:
+            _index_sample(sample)
         return
-    if sample_key(ident) >= sample["cutoff"]:
+    if key >= sample["cutoff"]:
         return
-    # Same outcome as `Reservoir.add` (keep the `capacity` smallest keys) without a sort.
-    del items[max(items, key=sample_key)]
+    order: list[str] | None = sample.get("order")
+    if order is None:
+        order = _index_sample(sample)
+    del items[order.pop()]
+    insort(order, ident, key=sample_key)
     items[ident] = value
-    sample["cutoff"] = max(sample_key(item) for item in items)
+    sample["cutoff"] = sample_key(order[-1])
+
+
+def _index_sample(sample: dict[str, Any]) -> list[str]:
+    """Keep the `capacity` smallest keys of a full sample and index them (`order`, `cutoff`)."""
+    items: dict[str, float] = sample["items"]
+    order = sorted(items, key=sample_key)
+    for dropped in order[int(sample["capacity"]) :]:
+        del items[dropped]
+    order = order[: int(sample["capacity"])]
+    sample["order"] = order
+    sample["cutoff"] = sample_key(order[-1])
+    return order
 
 
 def _worst_order(metric: str) -> Any:
@@ -348,7 +382,7 @@ def _merge_samples(
     merged = Reservoir.from_json(left or empty).merge(Reservoir.from_json(right or empty))
     data: dict[str, Any] = {"capacity": capacity, "items": merged.items}
     if len(merged.items) >= capacity:
-        data["cutoff"] = max(sample_key(item) for item in merged.items)
+        _index_sample(data)
     return data
 
 

@@ -139,6 +139,7 @@ class WindowStore:
         aggregator = self.aggregators.get(result.suite)
         counted = 0
         late = replay = False
+        watermark = self.watermark(partition).value()
         for name, config in self.configs.items():
             series_key = f"{SERIES}{result.suite}|{segkey}|{name}"
             series = self._series_state(series_key, partition, result.suite, segment, config)
@@ -146,7 +147,9 @@ class WindowStore:
                 replay = True
                 continue
             windows = windows_for(event_time, config)
-            open_windows = [w for w in windows if not self.is_closed(partition, w)]
+            open_windows = [
+                w for w in windows if watermark is None or watermark < w.end + self.grace
+            ]
             _remember(series, result)
             self._pending[series_key] = series
             if len(open_windows) < len(windows):

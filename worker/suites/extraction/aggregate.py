@@ -126,7 +126,15 @@ class ExtractionAggregator:
         return {name: 0 for name in COUNTER_NAMES}
 
     def update(self, state: State, scored: Scored) -> State:
-        return self.merge(state, dict(counters_of(scored)))
+        """Add the case's counters to `state` in place (the window state owns it)."""
+        counts = scored.counts
+        for name in COUNTER_NAMES:
+            value = counts.get(name, 0)
+            if isinstance(value, int) and not isinstance(value, bool) and value:
+                state[name] = int(state.get(name, 0)) + value
+            elif name not in state:
+                state[name] = 0
+        return state
 
     def merge(self, left: State, right: State) -> State:
         return {

@@ -56,7 +56,7 @@ class SafeAggregator:
         is_pass = scored.label == "Pass"
         violations = scored.counts.get("ah_violations", 0)
 
-        new = self.merge(state, self.initialise())  # a copy
+        new = state  # changed in place: the caller's window or batch state owns it
         new["count"] += 1
         if scored.label in LABELS:
             new["labels"][scored.label] += 1
@@ -65,7 +65,7 @@ class SafeAggregator:
         for m in METRICS:
             new["passes"][m] += int(bool(passed.get(m)))
         new["ah_violations"] += violations if isinstance(violations, int) else 0
-        new["vacuous"] += int(scored.details.get(VACUOUS) is True)
+        new["vacuous"] = new.get("vacuous", 0) + int(scored.details.get(VACUOUS) is True)
         group = new["by_archetype"].setdefault(archetype, _empty_archetype())
         group["count"] += 1
         group["pass"] += int(is_pass)
