@@ -359,6 +359,9 @@ class StreamSettings(Section):
     heartbeat_interval: Duration = 3.0
     commit_interval: Duration = 2.8
     producer_max_batch_size: int | None = Field(default=None, ge=1)
+    # How long the producer waits to fill a batch: without it every send while the
+    # sender is idle is a request of its own (results, contributions, changelogs).
+    producer_linger: Duration = 0.005
     # Table recovery asks a fetch for the end of each changelog partition instead of
     # trusting ListOffsets (wrong on the embedded Tansu broker after batched produces).
     exact_changelog_ends: bool = False

@@ -100,6 +100,7 @@ class Telemetry:
         self.segment_by = list(segment_by)
         self.segment_labels = segment_label_names(self.segment_by)
         self.guard = LabelGuard(max_label_values, max_label_length)
+        self._children: dict[tuple[int, str, str], Any] = {}  # see `_series`
         self._servers: list[WSGIServer] = []
         self._newest_window: dict[tuple[str, ...], float] = {}
         self._readiness: Callable[[], bool] | None = None
@@ -196,18 +197,29 @@ class Telemetry:
     ) -> None:
         """Count a result, observe its scores and timings, and count the payload fields
         listed in its `details.unknown_fields`."""
-        suite = self.guard("suite", result.suite)
         unknown = result.details.get(UNKNOWN_FIELDS_DETAIL)
         if isinstance(unknown, list) and unknown:
             self.record_unknown_fields(result.suite, len(unknown))
-        self.cases.labels(suite, self.guard("label", result.label or NO_LABEL)).inc()
+        self._series(self.cases, "label", result.suite, result.label or NO_LABEL).inc()
         for metric, value in result.scores.items():
             if value is not None and math.isfinite(value):
-                self.score.labels(suite, self.guard("metric", metric)).observe(value)
+                self._series(self.score, "metric", result.suite, metric).observe(value)
         if scoring_seconds is not None:
-            self.scoring_duration.labels(suite).observe(scoring_seconds)
+            self._series(self.scoring_duration, "", result.suite).observe(scoring_seconds)
         if e2e_seconds is not None:
-            self.end_to_end_latency.labels(suite).observe(e2e_seconds)
+            self._series(self.end_to_end_latency, "", result.suite).observe(e2e_seconds)
+
+    def _series(self, family: Any, label: str, suite: str, value: str = "") -> Any:
+        """The child of a per-result metric `family` for `suite` (and `label`=`value`),
+        looked up once: the label guard maps a given value the same way for good."""
+        key = (id(family), suite, value)
+        child = self._children.get(key)
+        if child is None:
+            names = [self.guard("suite", suite)]
+            if label:
+                names.append(self.guard(label, value))
+            child = self._children[key] = family.labels(*names)
+        return child
 
     def record_dead_letter(self, reason: str) -> None:
         self.dead_letters.labels(self.guard("reason", reason)).inc()

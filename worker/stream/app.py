@@ -72,6 +72,7 @@ def faust_settings(settings: Settings, broker: str) -> dict[str, Any]:
         "datadir": str(Path(tempfile.gettempdir()) / f"scorestream-{settings.app_id}-data"),
     }
     options["producer_max_request_size"] = settings.limits.max_output_bytes
+    options["producer_linger"] = stream.producer_linger
     if stream.producer_max_batch_size is not None:
         options["producer_max_batch_size"] = stream.producer_max_batch_size
     options.update(faust_options(settings))  # TLS / SASL, replication
