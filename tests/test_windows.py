@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from worker.config import WindowConfig
-from worker.windows import WindowKey, windows_for
+from worker.windows import WindowKey, window_ends, windows_for
 
 MINUTE = WindowConfig(size=60)
 HOUR_BY_5M = WindowConfig(size=3600, step=300)
@@ -57,3 +58,16 @@ def test_span_is_the_wire_window() -> None:
     assert span.start == datetime.fromtimestamp(BASE, UTC)
     assert (span.end - span.start).total_seconds() == 60
     assert span.size_s == 60
+
+
+@pytest.mark.parametrize(
+    "config",
+    [WindowConfig(size=60), WindowConfig(size=3600, step=300), WindowConfig(size=10, step=2.5)],
+)
+def test_window_ends_are_those_of_the_windows_containing_the_event(config: WindowConfig) -> None:
+    """The hot path's arithmetic agrees with `windows_for`, boundaries and rounding included."""
+    times = [0.0, 1e-9, 59.999999, 60.0, 299.9999999, 300.0, 1_700_000_000.1, 1_700_000_100.0]
+    times += [1_700_000_000 + step * 0.37 for step in range(400)]
+    for event_time in times:
+        windows = windows_for(event_time, config)
+        assert window_ends(event_time, config) == (windows[0].end, windows[-1].end)

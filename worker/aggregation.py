@@ -213,12 +213,16 @@ def _remember(state: State, result: CaseResult) -> None:
 
 
 def update(
-    state: State, result: CaseResult, aggregator: SuiteAggregator | None
+    state: State,
+    result: CaseResult,
+    aggregator: SuiteAggregator | None,
+    scored: Scored | None = None,
 ) -> tuple[State, bool]:
     """Fold one result into `state` in place and return it; `applied` is False for a replay.
 
     None and non-finite scores are skipped (the metric is still listed). `aggregator` is
-    the suite's `SuiteAggregator` (None: no suite figures).
+    the suite's `SuiteAggregator` (None: no suite figures); `scored` is
+    `scored_from(result)` when the caller has it already (one result, several windows).
     """
     if is_replay(state, result):
         return state, False
@@ -251,7 +255,7 @@ def update(
         suite_state = state["suite_state"]
         if suite_state is None:
             suite_state = aggregator.initialise()
-        state["suite_state"] = aggregator.update(suite_state, scored_from(result))
+        state["suite_state"] = aggregator.update(suite_state, scored or scored_from(result))
     return state, True
 
 

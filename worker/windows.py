@@ -65,8 +65,8 @@ class WindowKey:
         return cls(float(size), None if step is None else float(step), float(start))
 
 
-def windows_for(event_time: float, window: WindowConfig) -> list[WindowKey]:
-    """All windows of `window` that contain `event_time`, oldest first."""
+def _layout(event_time: float, window: WindowConfig) -> tuple[float, float | None, float, int]:
+    """(size, step or None, hop, index of the newest window containing `event_time`)."""
     size = float(window.size)
     step = None if window.step is None or window.step == window.size else float(window.step)
     hop = step if step is not None else size
@@ -77,9 +77,27 @@ def windows_for(event_time: float, window: WindowConfig) -> list[WindowKey]:
         index -= 1
     while (index + 1) * hop <= event_time:
         index += 1
+    return size, step, hop, index
+
+
+def windows_for(event_time: float, window: WindowConfig) -> list[WindowKey]:
+    """All windows of `window` that contain `event_time`, oldest first."""
+    size, step, hop, index = _layout(event_time, window)
     per_event = round(size / hop)
     keys = [WindowKey(size, step, (index - back) * hop) for back in range(per_event - 1, -1, -1)]
     return [key for key in keys if key.contains(event_time)]
+
+
+def window_ends(event_time: float, window: WindowConfig) -> tuple[float, float]:
+    """The ends of the oldest and the newest window of `window` containing `event_time`
+    (the same windows as `windows_for`, without building them: a hot path)."""
+    size, _step, hop, index = _layout(event_time, window)
+    newest = index * hop + size
+    for back in range(round(size / hop) - 1, 0, -1):
+        start = (index - back) * hop
+        if start <= event_time < start + size:
+            return start + size, newest
+    return newest, newest
 
 
 def assign_windows(event_time: float, windows: Iterable[WindowConfig]) -> list[WindowKey]:
@@ -87,4 +105,4 @@ def assign_windows(event_time: float, windows: Iterable[WindowConfig]) -> list[W
     return [key for window in windows for key in windows_for(event_time, window)]
 
 
-__all__ = ["WindowKey", "assign_windows", "window_name", "windows_for"]
+__all__ = ["WindowKey", "assign_windows", "window_ends", "window_name", "windows_for"]

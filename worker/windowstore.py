@@ -43,7 +43,7 @@ from worker import aggregation
 from worker.config import WindowConfig
 from worker.eventtime import Marker, Watermark
 from worker.suites.base import State, SuiteAggregator
-from worker.windows import WindowKey, windows_for
+from worker.windows import WindowKey, window_ends, windows_for
 
 PANE = "pane|"
 SERIES = "series|"
@@ -140,22 +140,20 @@ class WindowStore:
         counted = 0
         late = replay = False
         watermark = self.watermark(partition).value()
+        scored = aggregation.scored_from(result) if aggregator is not None else None
         for name, config in self.configs.items():
             series_key = f"{SERIES}{result.suite}|{segkey}|{name}"
             series = self._series_state(series_key, partition, result.suite, segment, config)
             if _is_replay(series, result):
                 replay = True
                 continue
-            windows = windows_for(event_time, config)
-            open_windows = [
-                w for w in windows if watermark is None or watermark < w.end + self.grace
-            ]
+            oldest_end, newest_end = window_ends(event_time, config)
             _remember(series, result)
             self._pending[series_key] = series
-            if len(open_windows) < len(windows):
-                late = True
-            if not open_windows:
-                continue
+            if watermark is not None and watermark >= oldest_end + self.grace:
+                late = True  # at least one of its windows is closed
+                if watermark >= newest_end + self.grace:
+                    continue  # all of them
             step = _step(config)
             pane_start = math.floor(event_time / step) * step
             while pane_start > event_time:  # float rounding at a boundary
@@ -172,7 +170,7 @@ class WindowStore:
                     self.reservoir_size,
                 )
             )
-            state, applied = aggregation.update(state, result, aggregator)
+            state, applied = aggregation.update(state, result, aggregator, scored)
             if applied:
                 self._pending[pane_key] = {"state": state, "partition": partition}
                 self._index(partition).setdefault(series_key, set()).add(pane_start)
