@@ -128,3 +128,11 @@ def test_non_counter_values_are_not_summed() -> None:
     assert state["total_samples"] == 1
     assert "parse_method" not in state and "repair_steps" not in state
     json.dumps(state)
+
+
+def test_update_leaves_the_given_state_untouched() -> None:
+    state = AGG.initialise()
+    snapshot = dict(state)
+    after = AGG.update(state, counted(strict_tp=2, total_samples=1))
+    assert state == snapshot
+    assert after["strict_tp"] == 2 and after["total_samples"] == 1

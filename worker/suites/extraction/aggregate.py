@@ -126,7 +126,8 @@ class ExtractionAggregator:
         return {name: 0 for name in COUNTER_NAMES}
 
     def update(self, state: State, scored: Scored) -> State:
-        """Add the case's counters to `state` in place (the window state owns it)."""
+        """`state` plus the case's counters (a new dict; `state` is left as it was)."""
+        state = dict(state)
         counts = scored.counts
         for name in COUNTER_NAMES:
             value = counts.get(name, 0)

@@ -23,6 +23,20 @@ def _empty_archetype() -> dict[str, Any]:
     return {"count": 0, "pass": 0, "sums": {m: 0.0 for m in METRICS}}
 
 
+def _copy(state: State) -> State:
+    """A copy of a state that `update` can change without touching the original."""
+    return {
+        **state,
+        "labels": dict(state["labels"]),
+        "sums": dict(state["sums"]),
+        "passes": dict(state["passes"]),
+        "by_archetype": {
+            name: {**group, "sums": dict(group["sums"])}
+            for name, group in state["by_archetype"].items()
+        },
+    }
+
+
 class SafeAggregator:
     """Folds SAFE `Scored` values (from `score_case`) into batch / window figures.
 
@@ -56,7 +70,7 @@ class SafeAggregator:
         is_pass = scored.label == "Pass"
         violations = scored.counts.get("ah_violations", 0)
 
-        new = state  # changed in place: the caller's window or batch state owns it
+        new = _copy(state)
         new["count"] += 1
         if scored.label in LABELS:
             new["labels"][scored.label] += 1
