@@ -1,6 +1,6 @@
 """End-to-end streaming benchmark on the embedded broker (`make bench`).
 
-    .venv/bin/python bench/stream.py [--n-safe 1500] [--n-extraction 800] [--n-alignment 500]
+    .venv/bin/python bench/stream.py [--runs 3] [--n-safe 6000] [--n-extraction 4000]
 
 For each suite: produce N records of that suite to the input topic of a running worker
 (`ScorestreamApp`, in this process) and read the results back; throughput is N over the
@@ -9,7 +9,7 @@ produce to its result's arrival, and from the result's own `latency_ms` (receive
 scored inside the worker). Next to it, the baselines on the same records:
 
 - alignment: raw batched `MiniLMEmbedder.encode` of the same assistant texts (target:
-  the worker reaches at least 0.8x of it);
+  the worker reaches at least 0.9x of it);
 - safe and extraction: a plain aiokafka consume -> decode -> score -> produce loop with
   the same scoring functions and no Faust (target: at least 0.3x of it).
 
@@ -43,16 +43,17 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from schemas.envelope import ExtractionRecord, SafeRecord  # noqa: E402
+from topics.catalog import record_key, topic_names  # noqa: E402
 from topics.provision import create_topics  # noqa: E402
 from worker import intake  # noqa: E402
 from worker.broker import TANSU_STREAM_SETTINGS, EmbeddedBroker  # noqa: E402
-from worker.commands.stream import produce_lines, record_key, topic_names  # noqa: E402
+from worker.commands.stream import produce_lines  # noqa: E402
 from worker.config import Settings, load_settings  # noqa: E402
 from worker.engines import Engines  # noqa: E402
 from worker.stream import ScorestreamApp  # noqa: E402
 
 EXAMPLES = REPO / "examples"
-TARGETS = {"safe": 0.3, "extraction": 0.3, "alignment": 0.8}
+TARGETS = {"safe": 0.3, "extraction": 0.3, "alignment": 0.9}
 # cases counted into windows per second, as a share of the plain loop's results per second
 AGGREGATION_TARGETS = {"safe": 0.5, "extraction": 0.5}
 CPU_GROWTH_TARGET = 1.3  # CPU per case with [60s, 1h/5m] over [60s]
@@ -642,19 +643,11 @@ async def main(args: argparse.Namespace) -> int:
     print("loading scorers and the embedding model ...", flush=True)
     engines = Engines.load(settings)
     engines.warm_up()
-    rows: list[dict[str, Any]] = []
+    rounds: list[list[dict[str, Any]]] = []
     notes: list[str] = []
+    started = time.time()
     with EmbeddedBroker() as broker:
         await create_topics(broker.url, topic_names(settings.topics), PARTITIONS)
-        started = time.time()
-        data = {s: make_records(s, counts[s], f"w{int(started)}", started) for s in suites}
-        raw = {s: make_records(s, counts[s], f"r{int(started)}", started) for s in suites}
-        baselines: dict[str, tuple[str, float, Run | None]] = {}
-        for suite in suites:
-            if suite != "alignment":
-                print(f"baseline: raw aiokafka loop, {suite} x {counts[suite]} ...", flush=True)
-                run = await raw_loop(broker.bootstrap, engines, settings, suite, raw[suite])
-                baselines[suite] = ("raw aiokafka loop", run.throughput, run)
         print("starting the worker ...", flush=True)
         encodes = EncodeLog()
         encodes.wrap(engines)
@@ -662,38 +655,24 @@ async def main(args: argparse.Namespace) -> int:
         await scorer.app.start()
         await asyncio.wait_for(scorer.ready.wait(), 90)
         try:
-            for suite in suites:
-                if suite == "alignment":
-                    # measured right before and after the worker's run, as the CPU is shared
-                    texts = alignment_texts(data[suite])
-                    before = raw_encode(engines, texts, args.batch)
-                print(f"worker: {suite} x {counts[suite]} ...", flush=True)
-                run = await worker_run(scorer, broker.bootstrap, suite, data[suite])
-                if suite == "alignment":
-                    calls, mean_size, busy = encodes.between(run.first, run.last)
-                    notes.append(
-                        f"alignment: the worker made {calls} encode calls of {mean_size:.1f} "
-                        f"texts on average; the encoder was busy {busy:.1f}s of the "
-                        f"{run.seconds:.1f}s run ({busy / run.seconds:.0%})"
-                    )
-                    rate = (before + raw_encode(engines, texts, args.batch)) / 2
-                    baselines[suite] = (f"raw encode (batch {args.batch})", rate, None)
-                name, rate, base = baselines[suite]
-                rows.append(
-                    {
-                        "suite": suite,
-                        "worker": run,
-                        "baseline": name,
-                        "baseline_rate": rate,
-                        "baseline_run": base,
-                    }
-                )
+            for index in range(args.runs):
+                print(f"run {index + 1} of {args.runs}", flush=True)
+                rows = await measure(args, broker.bootstrap, scorer, engines, counts, suites)
+                rounds.append(rows)
+                notes.extend(rows_notes(rows, encodes))
         finally:
             await scorer.app.stop()
             scorer.executor.shutdown(wait=False)
-    passed, complete = report(rows)
+    passed, complete = True, True
+    for index, rows in enumerate(rounds):
+        print(f"\nrun {index + 1} of {len(rounds)}")
+        ok, arrived = report(rows)
+        passed &= ok
+        complete &= arrived
     for note in notes:
         print(note)
+    if len(rounds) > 1:
+        passed = summary(rounds)
     if args.growth_rounds > 0:
         passed &= await growth(args.n_growth, args.growth_rounds)
     print(f"\ntotal {time.time() - started:.0f}s; targets {'met' if passed else 'NOT met'}")
@@ -702,10 +681,96 @@ async def main(args: argparse.Namespace) -> int:
     return 1 if args.strict and not passed else 0
 
 
+async def measure(
+    args: argparse.Namespace,
+    bootstrap: str,
+    scorer: ScorestreamApp,
+    engines: Engines,
+    counts: dict[str, int],
+    suites: list[str],
+) -> list[dict[str, Any]]:
+    """One round: per suite, its baseline and then the (idle until then) worker on fresh
+    records, so that both see the machine in the same state."""
+    settings = scorer.settings
+    rows: list[dict[str, Any]] = []
+    for suite in suites:
+        now = time.time()
+        data = make_records(suite, counts[suite], f"w{now:.3f}", now)
+        if suite == "alignment":
+            # measured right before and after the worker's run, as the CPU is shared
+            texts = alignment_texts(data)
+            before = raw_encode(engines, texts, args.batch)
+        else:
+            print(f"  baseline: raw aiokafka loop, {suite} x {counts[suite]} ...", flush=True)
+            raw = make_records(suite, counts[suite], f"r{now:.3f}", now)
+            base = await raw_loop(bootstrap, engines, settings, suite, raw)
+        print(f"  worker: {suite} x {counts[suite]} ...", flush=True)
+        run = await worker_run(scorer, bootstrap, suite, data)
+        if suite == "alignment":
+            rate = (before + raw_encode(engines, texts, args.batch)) / 2
+            row = {"baseline": f"raw encode (batch {args.batch})", "baseline_rate": rate}
+            row["baseline_run"] = None
+        else:
+            row = {"baseline": "raw aiokafka loop", "baseline_rate": base.throughput}
+            row["baseline_run"] = base
+        rows.append({"suite": suite, "worker": run, **row})
+    return rows
+
+
+def rows_notes(rows: list[dict[str, Any]], encodes: EncodeLog) -> list[str]:
+    """How busy the encoder was during each alignment run."""
+    notes = []
+    for row in rows:
+        if row["suite"] != "alignment":
+            continue
+        run: Run = row["worker"]
+        calls, mean_size, busy = encodes.between(run.first, run.last)
+        notes.append(
+            f"alignment: the worker made {calls} encode calls of {mean_size:.1f} texts on "
+            f"average; the encoder was busy {busy:.1f}s of the {run.seconds:.1f}s run "
+            f"({busy / run.seconds:.0%})"
+        )
+    return notes
+
+
+def summary(rounds: list[list[dict[str, Any]]]) -> bool:
+    """min / median / max over the rounds of each suite's ratios; True when the medians
+    meet the targets."""
+    figures: dict[str, dict[str, list[float]]] = {}
+    for rows in rounds:
+        for row in rows:
+            run: Run = row["worker"]
+            suite = figures.setdefault(row["suite"], {})
+            base = row["baseline_rate"]
+            suite.setdefault("ratio", []).append(run.throughput / base)
+            suite.setdefault("agg ratio", []).append(run.aggregated_rate / base)
+            suite.setdefault("cpu ms", []).append(run.cpu_ms_per_case)
+            suite.setdefault("worker/s", []).append(run.throughput)
+            suite.setdefault("base/s", []).append(base)
+    print(f"\nover {len(rounds)} runs (min / median / max); targets judged on the median")
+    passed = True
+    for suite, values in figures.items():
+        goals = {"ratio": TARGETS[suite], "agg ratio": AGGREGATION_TARGETS.get(suite)}
+        parts = []
+        for name in ("ratio", "agg ratio", "cpu ms", "worker/s", "base/s"):
+            digits = 2 if "ratio" in name or name == "cpu ms" else 0
+            text = f"{name} {spread(values[name], digits)}"
+            goal = goals.get(name)
+            if goal is not None:
+                finite = [v for v in values[name] if not math.isnan(v)]
+                met = bool(finite) and statistics.median(finite) >= goal
+                passed &= met
+                text += f" (>= {goal}: {'yes' if met else 'NO'})"
+            parts.append(text)
+        print(f"{suite:<11}" + "; ".join(parts))
+    return passed
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--n-safe", type=int, default=1500)
-    parser.add_argument("--n-extraction", type=int, default=800)
+    parser.add_argument("--n-safe", type=int, default=6000)
+    parser.add_argument("--n-extraction", type=int, default=4000)
+    parser.add_argument("--runs", type=int, default=3, help="rounds of every suite")
     parser.add_argument("--n-alignment", type=int, default=500)
     parser.add_argument("--suites", default="safe,extraction,alignment")
     parser.add_argument("--batch", type=int, default=64, help="raw encode batch size")
