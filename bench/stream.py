@@ -564,8 +564,9 @@ def spread(values: list[float], digits: int) -> str:
 # ---------------------------------------------------------------- main
 
 
-def bench_settings(batch_size: int | None = None) -> Settings:
-    """Worker settings tuned for Tansu (see `worker.config.StreamSettings`)."""
+def bench_settings(batch_size: int | None = None, threads: int | None = None) -> Settings:
+    """Worker settings tuned for Tansu (see `worker.config.StreamSettings`); `threads`:
+    the encoder's (None: the configured default)."""
     return load_settings(
         None,
         overrides={
@@ -582,7 +583,10 @@ def bench_settings(batch_size: int | None = None) -> Settings:
                 "schemas": {"duee_fin": str(EXAMPLES / "extraction" / "duee_fin_schema.jsonl")},
                 "default_schema": "duee_fin",
             },
-            "alignment": {"personas_dir": str(EXAMPLES / "personas")},
+            "alignment": {
+                "personas_dir": str(EXAMPLES / "personas"),
+                **({"embedding": {"threads": threads}} if threads else {}),
+            },
         },
         environ={},
     )
@@ -637,7 +641,7 @@ def report(rows: list[dict[str, Any]]) -> tuple[bool, bool]:
 
 
 async def main(args: argparse.Namespace) -> int:
-    settings = bench_settings(1 if args.one_record_batches else None)
+    settings = bench_settings(1 if args.one_record_batches else None, args.threads)
     counts = {"safe": args.n_safe, "extraction": args.n_extraction, "alignment": args.n_alignment}
     suites = [suite for suite in args.suites.split(",") if counts.get(suite, 0) > 0]
     print("loading scorers and the embedding model ...", flush=True)
@@ -771,9 +775,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--n-safe", type=int, default=6000)
     parser.add_argument("--n-extraction", type=int, default=4000)
     parser.add_argument("--runs", type=int, default=3, help="rounds of every suite")
+    parser.add_argument("--threads", type=int, help="encoder threads (default: all cores)")
     parser.add_argument("--n-alignment", type=int, default=500)
     parser.add_argument("--suites", default="safe,extraction,alignment")
-    parser.add_argument("--batch", type=int, default=64, help="raw encode batch size")
+    parser.add_argument(
+        "--batch",
+        type=int,
+        default=32,
+        help="raw encode batch size (32: the fastest in bench/embedding.py)",
+    )
     parser.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
     parser.add_argument("--n-growth", type=int, default=2000, help="SAFE cases per growth run")
     parser.add_argument("--growth-rounds", type=int, default=3, help="0 skips the growth table")
