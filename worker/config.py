@@ -1,5 +1,8 @@
 """Typed settings: one YAML file, `SCORESTREAM_*` environment, command-line overrides.
 
+Each suite's own section model lives in its package (`worker.suites.<suite>.settings`)
+and is assembled here; the names stay importable from this module.
+
 Precedence: command-line flag > environment > file > defaults. The seed's `SAFE_V0_*`
 variables and a `safe.config.json` (seed 004 section 6.2) are honoured too, at the
 environment and file levels respectively. A bad value fails with a message naming its key.
@@ -9,15 +12,11 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 import yaml
 from pydantic import (
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
     Field,
     SecretStr,
     ValidationError,
@@ -27,45 +26,35 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from schemas.envelope import SuiteName
 from worker.gate_fields import metric_problem, stat_problem
-
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
-_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
-
-
-class ConfigError(ValueError):
-    """A configuration problem, with the offending key in the message."""
-
-
-def parse_duration(value: Any) -> float:
-    """Seconds from `90`, `1.5`, `250ms`, `60s`, `5m`, `1h` or `1d`."""
-    if isinstance(value, bool):
-        raise ValueError("a duration is a number of seconds or a string like '5m'")
-    if isinstance(value, int | float):
-        seconds = float(value)
-    elif isinstance(value, str) and (match := _DURATION.match(value)):
-        seconds = float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
-    else:
-        raise ValueError(f"not a duration: {value!r} (use e.g. 30s, 5m, 1h)")
-    if seconds <= 0:
-        raise ValueError("a duration must be positive")
-    return seconds
-
-
-def format_duration(seconds: float) -> str:
-    """Shortest exact spelling of a duration: 60 -> '1m', 3600 -> '1h', 10 -> '10s'."""
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
-        if seconds >= size and seconds % size == 0:
-            return f"{int(seconds // size)}{unit}"
-    return f"{round(seconds * 1000)}ms"
-
-
-Duration = Annotated[float, BeforeValidator(parse_duration)]
-
-
-class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
-
+from worker.settings_base import (
+    ConfigError,
+    Duration,
+    Section,
+    format_duration,
+    parse_duration,
+)
+from worker.suites.alignment.settings import (
+    AlignmentSettings,
+    AuthenticityWeights,
+    EmbeddingSettings,
+    JudgeSettings,
+    OverallWeights,
+    SeverityWeights,
+    VerbosityLimits,
+)
+from worker.suites.extraction.settings import (
+    CotConfig,
+    ExtractionMetricsConfig,
+    ExtractionSettings,
+    HallucinationConfig,
+    RelaxedConfig,
+    SchemaModeConfig,
+)
+from worker.suites.safe.settings import MetricThreshold, SafeSettings, SafeThresholds, SafeWeights
+from worker.validation_errors import error_lines
+from worker.yaml_files import read_yaml
 
 # ---------------------------------------------------------------- windows and gates
 
@@ -94,7 +83,7 @@ class GateConfig(Section):
     """A threshold on a windowed statistic, with a clear level for hysteresis."""
 
     name: str
-    suite: Literal["alignment", "extraction", "safe"]
+    suite: SuiteName
     metric: str
     stat: Literal["mean", "min", "max", "std", "ci_low", "ci_high", "rate", "count"] = Field(
         default="mean", validate_default=True
@@ -140,171 +129,6 @@ class GateConfig(Section):
         if self.op in (">", ">=") and self.clear > self.threshold:
             raise ValueError("clear must be <= threshold for a '>' gate")
         return self
-
-
-# ---------------------------------------------------------------- safe
-
-
-class MetricThreshold(Section):
-    pass_: float = Field(alias="pass", ge=0, le=1)
-    review: float = Field(ge=0, le=1)
-
-    @model_validator(mode="after")
-    def _ordered(self) -> MetricThreshold:
-        if self.review > self.pass_:
-            raise ValueError("review threshold must not exceed pass threshold")
-        return self
-
-
-def _threshold(pass_: float, review: float) -> MetricThreshold:
-    return MetricThreshold.model_validate({"pass": pass_, "review": review})
-
-
-class SafeThresholds(Section):
-    CR: MetricThreshold = Field(default_factory=lambda: _threshold(0.8, 0.5))
-    AH: MetricThreshold = Field(default_factory=lambda: _threshold(1.0, 0.5))
-    AC: MetricThreshold = Field(default_factory=lambda: _threshold(0.8, 0.5))
-
-
-class SafeWeights(Section):
-    CR: float = Field(default=1.0, ge=0)
-    AH: float = Field(default=1.0, ge=0)
-    AC: float = Field(default=1.0, ge=0)
-
-    @model_validator(mode="after")
-    def _positive_sum(self) -> SafeWeights:
-        if self.CR + self.AH + self.AC <= 0:
-            raise ValueError("weights must have a positive sum")
-        return self
-
-
-class SafeSettings(Section):
-    thresholds: SafeThresholds = Field(default_factory=SafeThresholds)
-    weights: SafeWeights = Field(default_factory=SafeWeights)
-    strict_ah: bool = False
-    report_dir: Path = Path("reports")
-
-
-# ---------------------------------------------------------------- extraction
-
-
-class RelaxedConfig(Section):
-    match_mode: Literal["include_or_char_overlap", "span_iou"] = "include_or_char_overlap"
-    char_overlap_threshold: float = Field(default=0.5, ge=0, le=1)
-    span_iou_threshold: float = Field(default=0.5, ge=0, le=1)
-
-
-class SchemaModeConfig(Section):
-    mode: Literal["syntax_only", "schema_strict"] = "schema_strict"
-
-
-class HallucinationConfig(Section):
-    match_mode: Literal["normalized_substring", "exact_span"] = "normalized_substring"
-
-
-class CotConfig(Section):
-    enabled: bool = True
-    require_thought_block: bool = True
-    mode: Literal["strict_span", "weak_mention"] = "strict_span"
-
-
-class ExtractionMetricsConfig(Section):
-    relaxed: RelaxedConfig = Field(default_factory=RelaxedConfig)
-    schema_: SchemaModeConfig = Field(default_factory=SchemaModeConfig, alias="schema")
-    hallucination: HallucinationConfig = Field(default_factory=HallucinationConfig)
-    cot: CotConfig = Field(default_factory=CotConfig)
-
-
-class ExtractionSettings(Section):
-    schemas: dict[str, Path] = Field(default_factory=dict)
-    default_schema: str | None = None
-    metrics: ExtractionMetricsConfig = Field(default_factory=ExtractionMetricsConfig)
-    protocol_version: str = "1.0"
-    metrics_version: str = "2.0"
-
-    @model_validator(mode="after")
-    def _default_is_known(self) -> ExtractionSettings:
-        if self.default_schema is not None and self.default_schema not in self.schemas:
-            raise ValueError(f"default_schema {self.default_schema!r} is not in schemas")
-        return self
-
-
-# ---------------------------------------------------------------- alignment
-
-
-class AuthenticityWeights(Section):
-    style_sim: float = Field(default=0.6, ge=0)
-    traits: float = Field(default=0.25, ge=0)
-    lexicon: float = Field(default=0.15, ge=0)
-
-
-class OverallWeights(Section):
-    """The seed's `scoring.*_weight` keys."""
-
-    authenticity_weight: float = Field(default=0.5, ge=0)
-    safety_weight: float = Field(default=0.3, ge=0)
-    stability_weight: float = Field(default=0.2, ge=0)
-
-
-class SeverityWeights(Section):
-    high: float = Field(default=0.5, ge=0)
-    medium: float = Field(default=0.2, ge=0)
-    low: float = Field(default=0.1, ge=0)
-
-
-class VerbosityLimits(Section):
-    concise_max_words: int = Field(default=60, ge=1)
-    balanced_max_words: int = Field(default=180, ge=1)
-
-
-class JudgeSettings(Section):
-    """An OpenAI-compatible chat-completions safety judge."""
-
-    base_url: str
-    model: str
-    api_key_env: str = "SCORESTREAM_JUDGE_API_KEY"
-    prompt_file: Path | None = None
-    concurrency: int = Field(default=4, ge=1)
-    timeout: Duration = 30.0
-    retries: int = Field(default=2, ge=0)
-    backoff: Duration = 0.5
-    max_per_minute: int | None = Field(default=None, ge=1)
-    max_total: int | None = Field(default=None, ge=0)
-    cache_size: int = Field(default=10_000, ge=0)  # verdicts kept (least recently used go)
-
-
-class EmbeddingSettings(Section):
-    """How all-MiniLM-L6-v2 runs. `onnx`: an ONNX Runtime export of the shipped weights,
-    made once into `cache_dir` (default `~/.cache/scorestream/onnx`); torch is the fallback
-    when onnxruntime is missing or the export fails. `int8` (onnx only) is about twice as
-    fast again but moves the vectors (see `bench/embedding.py`). `threads` unset: all
-    cores. `batch_size`: texts per forward pass inside one encode call."""
-
-    backend: Literal["onnx", "torch"] = "onnx"
-    precision: Literal["fp32", "int8"] = "fp32"
-    threads: int | None = Field(default=None, ge=1)
-    batch_size: int = Field(default=32, ge=1)
-    cache_dir: Path | None = None
-
-    @model_validator(mode="after")
-    def _int8_needs_onnx(self) -> EmbeddingSettings:
-        if self.precision == "int8" and self.backend != "onnx":
-            raise ValueError("precision int8 needs backend onnx")
-        return self
-
-
-class AlignmentSettings(Section):
-    personas_dir: Path | None = None
-    safety_patterns: Path | None = None
-    weights: AuthenticityWeights = Field(default_factory=AuthenticityWeights)
-    scoring: OverallWeights = Field(default_factory=OverallWeights)
-    severity_weights: SeverityWeights = Field(default_factory=SeverityWeights)
-    verbosity: VerbosityLimits = Field(default_factory=VerbosityLimits)
-    max_expected_variance: float = Field(default=0.1, gt=0)
-    session_idle_timeout: Duration = 300.0
-    max_turns_per_session: int = Field(default=200, ge=2)
-    judge: JudgeSettings | None = None
-    embedding: EmbeddingSettings = Field(default_factory=EmbeddingSettings)
 
 
 # ---------------------------------------------------------------- limits
@@ -498,12 +322,7 @@ def _set_path(target: dict[str, Any], path: tuple[str, ...], value: Any) -> None
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from exc
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+    data = read_yaml(path, f"cannot read config file {path}")
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -537,11 +356,7 @@ def _safe_v0_env(environ: dict[str, str]) -> dict[str, Any]:
 
 
 def _format_error(exc: ValidationError, origin: str) -> str:
-    lines = []
-    for err in exc.errors():
-        key = ".".join(str(part) for part in err["loc"]) or "(root)"
-        lines.append(f"{origin}: {key}: {err['msg']}")
-    return "\n".join(lines)
+    return "\n".join(f"{origin}: {line}" for line in error_lines(exc, root="(root)"))
 
 
 def load_settings(
@@ -593,3 +408,38 @@ def _env_values(env: dict[str, str]) -> dict[str, Any]:
             value = raw
         _set_path(values, path, value)
     return values
+
+
+__all__ = [
+    "AlignmentSettings",
+    "AuthenticityWeights",
+    "ConfigError",
+    "CotConfig",
+    "Duration",
+    "EmbeddingSettings",
+    "ExtractionMetricsConfig",
+    "ExtractionSettings",
+    "GateConfig",
+    "HallucinationConfig",
+    "JudgeSettings",
+    "KafkaSettings",
+    "LimitsSettings",
+    "MetricThreshold",
+    "OverallWeights",
+    "RelaxedConfig",
+    "SafeSettings",
+    "SafeThresholds",
+    "SafeWeights",
+    "SchemaModeConfig",
+    "Section",
+    "Settings",
+    "SeverityWeights",
+    "StreamSettings",
+    "TopicNames",
+    "VerbosityLimits",
+    "WindowConfig",
+    "deep_merge",
+    "format_duration",
+    "load_settings",
+    "parse_duration",
+]

@@ -14,7 +14,7 @@ import math
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 from pydantic import Field
@@ -23,7 +23,7 @@ from rich.table import Table
 
 from schemas._base import PayloadModel
 from schemas.envelope import AlignmentSessionPayload, AlignmentTurnPayload
-from worker.config import ConfigError, Settings
+from worker.settings_base import ConfigError
 from worker.stats import bootstrap_ci
 from worker.suites.alignment.embedding import Embedder, embedder_from_settings
 from worker.suites.alignment.judge import JudgeStats, SafetyJudge
@@ -39,6 +39,9 @@ from worker.suites.alignment.scoring import (
 )
 from worker.suites.base import BatchItem, BatchOptions, Scored, grade_for
 from worker.unknown_fields import with_unknown_fields
+
+if TYPE_CHECKING:
+    from worker.config import Settings
 
 SUMMARY_METRICS = ("authenticity", "safety", "stability", "overall")
 

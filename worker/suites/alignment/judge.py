@@ -24,7 +24,8 @@ from typing import Any
 
 import httpx
 
-from worker.config import ConfigError, JudgeSettings
+from worker.settings_base import ConfigError
+from worker.suites.alignment.settings import JudgeSettings
 
 DEFAULT_PROMPT_FILE = Path(__file__).resolve().parents[2] / "data" / "judge_prompt.txt"
 TRANSCRIPT_PLACEHOLDER = "{transcript}"

@@ -24,15 +24,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import yaml
 
-from worker.config import ConfigError, Settings
+from worker.settings_base import ConfigError
 from worker.suites.alignment.embedding import MiniLMEmbedder
 from worker.suites.alignment.lexicon import Lexicon
 from worker.suites.alignment.trait_model import TraitClassifier, train_trait_classifier
 from worker.suites.alignment.traits import TRAIT_VALUES
+from worker.yaml_files import read_yaml
 
 if TYPE_CHECKING:
+    from worker.config import Settings
     from worker.suites.alignment.embedding import Embedder
 
 _TOP_LEVEL_KEYS = {
@@ -148,12 +149,7 @@ def parse_persona(data: Any, source: str) -> Persona:
 def load_persona(path: str | Path) -> Persona:
     """Read and validate one persona YAML file."""
     path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read persona file: {exc.strerror}") from exc
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+    data = read_yaml(path, f"{path}: cannot read persona file")
     return parse_persona(data, str(path))
 
 

@@ -19,12 +19,15 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import yaml
-
-from worker.config import ConfigError, Settings, SeverityWeights
+from worker.settings_base import ConfigError
 from worker.suites.alignment.negation import is_protected
+from worker.suites.alignment.settings import SeverityWeights
+from worker.yaml_files import read_yaml
+
+if TYPE_CHECKING:
+    from worker.config import Settings
 
 SEVERITIES = ("critical", "high", "medium", "low")
 _RANK = {name: rank for rank, name in enumerate(SEVERITIES)}
@@ -128,12 +131,7 @@ def parse_patterns(data: Any, source: str) -> SafetyPatterns:
 def load_safety_patterns(path: str | Path | None = None) -> SafetyPatterns:
     """The patterns of `path`, or the shipped list when `path` is None."""
     path = Path(path) if path else DEFAULT_PATTERNS_FILE
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ConfigError(f"alignment.safety_patterns: cannot read {path}: {exc.strerror}") from exc
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+    data = read_yaml(path, f"alignment.safety_patterns: cannot read {path}")
     return parse_patterns(data, str(path))
 
 

@@ -17,12 +17,11 @@ from __future__ import annotations
 import base64
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from pydantic import JsonValue
 
-from worker.config import Settings
 from worker.stats import Moments
 from worker.suites.alignment.personas import Persona
 from worker.suites.alignment.safety import (
@@ -34,6 +33,9 @@ from worker.suites.alignment.safety import (
 )
 from worker.suites.alignment.traits import match_traits, word_count
 from worker.suites.base import Scored, State, grade_for
+
+if TYPE_CHECKING:
+    from worker.config import Settings
 
 SESSION_METRICS = (
     "authenticity",

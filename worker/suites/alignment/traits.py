@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from worker.config import VerbosityLimits
+from worker.suites.alignment.settings import VerbosityLimits
 
 if TYPE_CHECKING:
     from worker.suites.alignment.trait_model import TraitClassifier

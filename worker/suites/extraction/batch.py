@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
 from schemas.envelope import ExtractionPayload
-from worker.config import Settings
 from worker.suites.base import BatchItem, BatchOptions
 from worker.suites.extraction.report import CaseOutcome, ExtractionReport
 from worker.suites.extraction.scoring import ExtractionContext, load_context, score_case
 from worker.unknown_fields import with_unknown_fields
+
+if TYPE_CHECKING:
+    from worker.config import Settings
 
 
 class ExtractionBatchScorer:

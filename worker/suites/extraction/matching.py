@@ -6,8 +6,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from worker.config import RelaxedConfig
 from worker.suites.extraction.normalize import argument_text, label_text, norm
+from worker.suites.extraction.settings import RelaxedConfig
 
 Triple = tuple[str, str, str]
 

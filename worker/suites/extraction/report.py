@@ -10,13 +10,13 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from worker.config import ExtractionSettings
 from worker.suites.base import Scored
 from worker.suites.extraction.aggregate import (
     RATE_NAMES,
     REPORT_METRIC_NAMES,
     ExtractionAggregator,
 )
+from worker.suites.extraction.settings import ExtractionSettings
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from worker.config import ConfigError
+from worker.settings_base import ConfigError
 from worker.suites.extraction.normalize import label_text
 
 # Event type -> allowed roles.

@@ -10,7 +10,6 @@ from pydantic import JsonValue
 
 from schemas.envelope import ExtractionPayload
 from schemas.outputs import CountValue
-from worker.config import ExtractionSettings
 from worker.suites.base import Scored
 from worker.suites.extraction.cot import CotCheck, check_cot
 from worker.suites.extraction.hallucination import HallucinationCheck, check_hallucination
@@ -23,6 +22,7 @@ from worker.suites.extraction.matching import (
 )
 from worker.suites.extraction.parsing import NO_JSON_FOUND, ParseResult, parse_response
 from worker.suites.extraction.schema import Compliance, EventSchema, check_compliance, load_schema
+from worker.suites.extraction.settings import ExtractionSettings
 
 
 @dataclass(frozen=True)

@@ -6,9 +6,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from schemas.outputs import SafeFigures
-from worker.config import SafeThresholds
 from worker.suites.base import Scored, State
 from worker.suites.safe.scoring import METRICS, UNKNOWN_ARCHETYPE, VACUOUS, metric_passes
+from worker.suites.safe.settings import SafeThresholds
 
 LABELS = ("Pass", "Review", "Fail")
 SCORE_NAMES = (*METRICS, "composite")

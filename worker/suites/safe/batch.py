@@ -4,15 +4,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from schemas.envelope import SafePayload
-from worker.config import Settings
 from worker.suites.base import BatchItem, BatchOptions
 from worker.suites.safe.matching import DEFAULT_MATCHER, Matcher
 from worker.suites.safe.report import SafeBatchReport, ScoredCase
 from worker.suites.safe.scoring import UNKNOWN_ARCHETYPE, score_case
 from worker.unknown_fields import with_unknown_fields
+
+if TYPE_CHECKING:
+    from worker.config import Settings
 
 Clock = Callable[[], datetime]
 

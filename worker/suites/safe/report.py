@@ -10,10 +10,10 @@ from typing import Any
 
 from rich.console import Console
 
-from worker.config import SafeSettings
 from worker.suites.base import Scored, exit_code_for_labels
 from worker.suites.safe.aggregate import LABELS, SafeAggregator
 from worker.suites.safe.scoring import METRICS, at_least, detail_terms
+from worker.suites.safe.settings import SafeSettings
 
 WORST_PERFORMERS = 5
 

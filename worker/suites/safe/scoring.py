@@ -17,9 +17,9 @@ from pydantic import JsonValue
 
 from schemas.envelope import SafePayload
 from schemas.outputs import Label
-from worker.config import SafeSettings, SafeThresholds, SafeWeights
 from worker.suites.base import Scored
 from worker.suites.safe.matching import DEFAULT_MATCHER, Matcher, TermMatch, match_terms
+from worker.suites.safe.settings import SafeSettings, SafeThresholds, SafeWeights
 
 METRICS: tuple[Literal["CR", "AH", "AC"], ...] = ("CR", "AH", "AC")
 UNKNOWN_ARCHETYPE = "unknown"
