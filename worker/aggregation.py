@@ -20,7 +20,8 @@ State layout (version 1):
      "worst": {metric: [[value, id, kind, ts, label, model, trace_id], ...]}}  # optional
 
 `worst` keeps, per metric, the `worst_k` worst cases of the window (lowest value first,
-highest for the metrics in `HIGHER_IS_WORSE`; ties by id then kind): the drill-down from
+highest for the metrics that are not higher-is-better, per the suites' metric metadata
+in `worker.suites.registry`; ties by id then kind): the drill-down from
 an aggregate or a gate event to its cases. It is bounded and exactly mergeable: the worst
 k of a union are among the worst k of each part. States without it (written before it
 existed) read as empty.
@@ -42,30 +43,15 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from schemas.outputs import (
-    Aggregate,
-    AlignmentFigures,
-    CaseResult,
-    ExtractionFigures,
-    MetricSummary,
-    SafeFigures,
-    WorstCase,
-)
+from schemas.outputs import Aggregate, CaseResult, MetricSummary, WorstCase
 from worker.stats import Moments, Reservoir, bootstrap_ci, sample_key
+from worker.suites import registry
 from worker.suites.base import Scored, State, SuiteAggregator
 from worker.windows import WindowKey
 
 STATE_VERSION = 1
 DEFAULT_RESERVOIR_SIZE = 512
 DEFAULT_WORST_K = 5
-# Per-case metrics where a higher value is the worse case (1.0 = hallucinated).
-HIGHER_IS_WORSE = frozenset({"hallucinated"})
-# Each suite's headline per-case metrics: final aggregates always list their worst cases.
-HEADLINE_METRICS: dict[str, tuple[str, ...]] = {
-    "safe": ("composite",),
-    "extraction": ("strict_f1",),
-    "alignment": ("safety", "overall"),
-}
 ALL_CASES = "all"
 UNKNOWN = "unknown"
 
@@ -310,7 +296,7 @@ def _index_sample(sample: dict[str, Any]) -> list[str]:
 
 def _worst_order(metric: str) -> Any:
     """Sort key of worst-case entries of `metric`: worst first, then by id and kind."""
-    sign = -1.0 if metric in HIGHER_IS_WORSE else 1.0
+    sign = -1.0 if registry.higher_is_worse(metric) else 1.0
 
     def order(entry: Sequence[Any]) -> tuple[float, str, str]:
         return (sign * entry[0], entry[1], entry[2])
@@ -323,7 +309,7 @@ def _worst_add(
 ) -> None:
     """Keep `result` among the `worst_k` worst entries of `metric` if it is one of them."""
     if len(entries) >= worst_k:  # the common case, without building an entry: not worse
-        sign = -1.0 if metric in HIGHER_IS_WORSE else 1.0
+        sign = -1.0 if registry.higher_is_worse(metric) else 1.0
         bound = entries[-1]
         mine, theirs = sign * value, sign * bound[0]
         if mine > theirs or (mine == theirs and (result.id, result.kind) >= (bound[1], bound[2])):
@@ -376,7 +362,8 @@ def worst_cases(state: State, metric: str) -> list[WorstCase]:
 def drilldown_metrics(suite: str, extra: Sequence[str] = ()) -> list[str]:
     """The metrics whose worst cases a final aggregate lists: the suite's headline
     metrics, then `extra` (e.g. the gated metrics), without repeats."""
-    return list(dict.fromkeys([*HEADLINE_METRICS.get(suite, ()), *extra]))
+    spec = registry.find(suite)
+    return list(dict.fromkeys([*(spec.headline if spec else ()), *extra]))
 
 
 def _merge_samples(
@@ -502,21 +489,19 @@ def to_message(
 ) -> Aggregate:
     """The `llm.eval.aggregates.v1` value of a window state.
 
-    The suite's figures (`aggregator.figures`) go into `safe`, `extraction` or
-    `alignment` by suite. `confidence_intervals=False` skips the bootstrap (cheaper for
-    frequent interim emissions). A final aggregate lists the worst cases of the suite's
-    headline metrics and of `worst_metrics` (those with values in the window).
+    The suite's figures (`aggregator.figures`) go into the field named after the suite,
+    validated by the suite's figures model. `confidence_intervals=False` skips the
+    bootstrap (cheaper for frequent interim emissions). A final aggregate lists the worst
+    cases of the suite's headline metrics and of `worst_metrics` (those with values in the
+    window).
     """
     suite = state["suite"]
     figures: dict[str, Any] = {}
     if aggregator is not None and state["suite_state"] is not None:
-        raw = aggregator.figures(state["suite_state"])
-        if suite == "safe":
-            figures["safe"] = SafeFigures.model_validate(raw)
-        elif suite == "extraction":
-            figures["extraction"] = ExtractionFigures.model_validate(raw)
-        elif suite == "alignment":
-            figures["alignment"] = AlignmentFigures.model_validate(raw)
+        spec = registry.find(suite)
+        if spec is not None:
+            raw = aggregator.figures(state["suite_state"])
+            figures[spec.name] = spec.figures.model_validate(raw)
     return Aggregate(
         suite=suite,
         segment=dict(state["segment"]),
@@ -548,8 +533,6 @@ __all__ = [
     "ALL_CASES",
     "DEFAULT_RESERVOIR_SIZE",
     "DEFAULT_WORST_K",
-    "HEADLINE_METRICS",
-    "HIGHER_IS_WORSE",
     "aggregate_key",
     "drilldown_metrics",
     "format_window_start",

@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from schemas.outputs import CaseResult, GateEvent
-from worker.aggregation import HIGHER_IS_WORSE, segments_for
+from worker.aggregation import segments_for
+from worker.suites import registry
 
 
 @dataclass(frozen=True)
@@ -84,7 +85,7 @@ def badness(result: CaseResult, metric: str) -> float:
     value = result.scores.get(metric)
     if value is None or not math.isfinite(value):
         return math.inf
-    return -value if metric in HIGHER_IS_WORSE else value
+    return -value if registry.higher_is_worse(metric) else value
 
 
 def select(results: Iterable[CaseResult], query: Query) -> Selection:

@@ -1,75 +1,48 @@
 """Which `metric` / `stat` pairs a gate can watch in each suite's aggregates.
 
-Plain data, no imports from the suites (the configuration validates gates with it, and
-the suites import the configuration); `tests/test_gate_fields.py` checks these names
-against what the scorers and aggregators really emit.
+Read from the suites' metric metadata in `worker.suites.registry` (per-result scores and
+the figures a `rate` gate reads); `tests/test_gate_fields.py` checks these names against
+what the scorers and aggregators really emit.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+
+from worker.suites import registry
+from worker.suites.base import MetricInfo, SuiteSpec
 
 SUMMARY_STATS: tuple[str, ...] = ("mean", "min", "max", "std", "ci_low", "ci_high")
 
-# Metric names of `Aggregate.metrics` (the per-result scores), per suite.
-SCORE_METRICS: Mapping[str, tuple[str, ...]] = {
-    "safe": ("CR", "AH", "AC", "composite"),
-    "extraction": (
-        "strict_precision",
-        "strict_recall",
-        "strict_f1",
-        "relaxed_precision",
-        "relaxed_recall",
-        "relaxed_f1",
-        "type_precision",
-        "type_recall",
-        "type_f1",
-        "parse_success",
-        "schema_compliant",
-        "hallucinated",
-        "cot_type_consistent",
-        "cot_argument_consistent",
-        "cot_faithful",
-    ),
-    "alignment": (
-        "authenticity",
-        "style_sim",
-        "traits",
-        "lexicon",
-        "safety",
-        "stability",
-        "overall",
-    ),
-}
 
+class _MetricNames(Mapping[str, tuple[str, ...]]):
+    """Metric names per registered suite, read from its spec."""
+
+    def __init__(self, field: str) -> None:
+        self.field = field
+
+    def _infos(self, spec: SuiteSpec) -> tuple[MetricInfo, ...]:
+        infos: tuple[MetricInfo, ...] = getattr(spec, self.field)
+        return infos
+
+    def __getitem__(self, suite: str) -> tuple[str, ...]:
+        spec = registry.find(suite)
+        if spec is None:
+            raise KeyError(suite)
+        return tuple(info.name for info in self._infos(spec))
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(registry.names())
+
+    def __len__(self) -> int:
+        return len(registry.names())
+
+
+# Metric names of `Aggregate.metrics` (the per-result scores), per suite.
+SCORE_METRICS: Mapping[str, tuple[str, ...]] = _MetricNames("score_metrics")
 # Metric names a `rate` gate reads: the window pass rate (`pass_rate` / `overall`, only
-# for suites with per-case labels), SAFE per-metric pass rates, extraction figures.
-RATE_METRICS: Mapping[str, tuple[str, ...]] = {
-    "safe": ("pass_rate", "overall", "CR", "AH", "AC"),
-    "extraction": (
-        "strict_precision",
-        "strict_recall",
-        "strict_f1",
-        "relaxed_precision",
-        "relaxed_recall",
-        "relaxed_f1",
-        "type_precision",
-        "type_recall",
-        "type_f1",
-        "parse_raw_success_rate",
-        "parse_repair_success_rate",
-        "parse_error_rate",
-        "parse_extraction_failure_rate",
-        "schema_compliance_rate",
-        "hallucination_rate",
-        "hallucination_entity_rate",
-        "cot_type_consistency",
-        "cot_argument_consistency",
-        "cot_faithfulness",
-        "cot_coverage_rate",
-    ),
-    "alignment": (),
-}
+# for suites with per-case labels) and the rates of the suite's figures.
+RATE_METRICS: Mapping[str, tuple[str, ...]] = _MetricNames("rate_metrics")
 
 COUNT_METRICS = ("count", "cases")  # "cases": the name of the count in Prometheus
 

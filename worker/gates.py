@@ -32,8 +32,10 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from schemas.outputs import Aggregate, GateEvent, WindowSpan, WorstCase
-from worker.aggregation import HEADLINE_METRICS, segment_key
+from worker.aggregation import segment_key
 from worker.config import GateConfig
+from worker.gate_fields import SUMMARY_STATS
+from worker.suites import registry
 
 _OPS: dict[str, Callable[[float, float], bool]] = {
     "<": operator.lt,
@@ -41,7 +43,6 @@ _OPS: dict[str, Callable[[float, float], bool]] = {
     ">": operator.gt,
     ">=": operator.ge,
 }
-_SUMMARY_STATS = ("mean", "min", "max", "std", "ci_low", "ci_high")
 _WINDOW_TOLERANCE = 1e-6
 NO_DATA = "no_data"
 
@@ -55,24 +56,27 @@ def gate_value(gate: GateConfig, aggregate: Aggregate) -> float | None:
     """The statistic `gate` watches in `aggregate`, or None when it is not there.
 
     `mean|min|max|std|ci_low|ci_high`: from `aggregate.metrics[metric]`; `count`: the
-    window's case count; `rate`: `pass_rate` / `overall` is the window's pass rate, else a
-    SAFE per-metric pass rate, else an extraction figure of that name.
+    window's case count; `rate`: `pass_rate` / `overall` is the window's pass rate, else
+    the rate of that name among the suite's figures (e.g. a SAFE per-metric pass rate).
     """
     value: float | None = None
     if gate.stat == "count":
         value = float(aggregate.count)
-    elif gate.stat in _SUMMARY_STATS:
+    elif gate.stat in SUMMARY_STATS:
         summary = aggregate.metrics.get(gate.metric)
         value = None if summary is None else getattr(summary, gate.stat)
     elif gate.metric in ("pass_rate", "overall"):
         value = aggregate.pass_rate
-    elif aggregate.safe is not None and gate.metric in aggregate.safe.pass_rates:
-        value = aggregate.safe.pass_rates[gate.metric]
-    elif aggregate.extraction is not None:
-        value = aggregate.extraction.metrics.get(gate.metric)
+    else:
+        value = figure_rates(aggregate).get(gate.metric)
     if value is None or not math.isfinite(value):
         return None
     return value
+
+
+def figure_rates(aggregate: Aggregate) -> dict[str, float]:
+    """The rates among the suite figures of `aggregate` (empty when it has none)."""
+    return {m: value for m, stat, value in registry.figure_values(aggregate) if stat == "rate"}
 
 
 def gated_metrics(gates: Iterable[GateConfig], suite: str) -> list[str]:
@@ -85,7 +89,8 @@ def drilldown(gate: GateConfig, aggregate: Aggregate) -> tuple[str | None, list[
     aggregate lists worst cases for it (a per-case score), else the suite's first headline
     metric that it lists; `(None, None)` when it lists none."""
     listed = aggregate.worst or {}
-    for metric in (gate.metric, *HEADLINE_METRICS.get(gate.suite, ())):
+    spec = registry.find(gate.suite)
+    for metric in (gate.metric, *(spec.headline if spec else ())):
         if metric in listed:
             return metric, list(listed[metric])
     return None, None
@@ -251,6 +256,7 @@ __all__ = [
     "GateState",
     "applies_to",
     "drilldown",
+    "figure_rates",
     "gate_key",
     "gate_value",
     "gated_metrics",

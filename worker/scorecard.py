@@ -26,44 +26,23 @@ from rich.text import Text
 from schemas.outputs import Aggregate, CaseResult, DeadLetter, GateEvent
 from worker.aggregation import aggregate_key, segment_key, segments_for
 from worker.config import GateConfig, TopicNames, WindowConfig
+from worker.gates import figure_rates
+from worker.suites import registry
 from worker.windows import WindowKey, assign_windows
 
-SUITES = ("safe", "extraction", "alignment")
 Position = tuple[int, int]  # (partition, offset) on the input topic
-
-# The metrics each suite's rows show: (label, where, name); `where` is `mean` (a metric
-# summary's mean), `rate` (the window's pass rate) or `figure` (the suite's batch figures).
-MAIN_METRICS: dict[str, tuple[tuple[str, str, str], ...]] = {
-    "safe": (
-        ("composite", "mean", "composite"),
-        ("CR", "mean", "CR"),
-        ("AH", "mean", "AH"),
-        ("AC", "mean", "AC"),
-        ("pass", "rate", "pass_rate"),
-    ),
-    "extraction": (
-        ("strict F1", "figure", "strict_f1"),
-        ("relaxed F1", "figure", "relaxed_f1"),
-        ("schema", "figure", "schema_compliance_rate"),
-        ("halluc.", "figure", "hallucination_rate"),
-    ),
-    "alignment": (
-        ("overall", "mean", "overall"),
-        ("authenticity", "mean", "authenticity"),
-        ("safety", "mean", "safety"),
-        ("stability", "mean", "stability"),
-    ),
-}
 
 
 def metric_value(aggregate: Aggregate, where: str, name: str) -> float | None:
-    """One main metric of an aggregate (None when the window does not have it)."""
+    """One main metric of an aggregate (None when the window does not have it).
+
+    `where` is `mean` (a metric summary's mean), `rate` (the window's pass rate) or
+    `figure` (a rate among the suite's figures); each suite's spec lists its columns.
+    """
     if where == "rate":
         return aggregate.pass_rate
     if where == "figure":
-        if aggregate.extraction is not None:
-            return aggregate.extraction.metrics.get(name)
-        return None
+        return figure_rates(aggregate).get(name)
     summary = aggregate.metrics.get(name)
     return None if summary is None else summary.mean
 
@@ -135,7 +114,8 @@ class Scorecard:
             position = (result.source.partition, result.source.offset)
             self.accounted.add(position)
             record = self.produced.get(position)
-            if result.suite == "alignment" and record is not None:
+            spec = registry.find(result.suite)
+            if spec is not None and spec.scored_in_sessions and record is not None:
                 session = (record.get("payload") or {}).get("session_id")
                 if isinstance(session, str):
                     self.sessions_open.add(session)
@@ -174,8 +154,8 @@ class Scorecard:
             self.accounted.add(position)
             record = self.produced.get(position)
             suite = record.get("suite") if record else None
-            if isinstance(suite, str) and suite in SUITES:
-                self.dead_by_suite[suite] += 1
+            if (spec := registry.find(suite)) is not None:
+                self.dead_by_suite[spec.name] += 1
         self.dead_letters[letter.error.type] += 1
 
     # ------------------------------------------------------------ progress
@@ -226,7 +206,7 @@ class Scorecard:
         """One line with the totals (what the tests read), e.g. `records 89, accounted 89 |
         safe: cases 20 | ... | dead letters 6 | gates fired: safety-drop|all`."""
         parts = [f"records {len(self.produced)}, accounted {len(self.accounted)}"]
-        for suite in SUITES:
+        for suite in registry.names():
             counts = [
                 f"{kind}s {self.results[(suite, kind)]}"
                 for kind in ("case", "turn", "session")
@@ -257,7 +237,7 @@ class Scorecard:
         columns = ("suite", "records", "cases", "turns", "sessions", "dead letters", "outcomes")
         for column in columns:
             table.add_column(column, justify="left" if column in ("suite", "outcomes") else "right")
-        for suite in SUITES:
+        for suite in registry.names():
             records = sum(
                 1 for data in self.produced.values() if data and data.get("suite") == suite
             )
@@ -286,13 +266,13 @@ class Scorecard:
         table.add_column("main metrics (means; rates)")
         table.add_column("state")
         rows = [
-            (aggregate.window.start, _SUITE_ORDER[aggregate.suite], key, aggregate)
+            (aggregate.window.start, registry.names().index(aggregate.suite), key, aggregate)
             for key, aggregate in self.aggregates.items()
             if not aggregate.segment
         ]
         for _, _, key, aggregate in sorted(rows, key=lambda row: (row[0], row[1], row[2])):
             values = []
-            for label, where, name in MAIN_METRICS[aggregate.suite]:
+            for label, where, name in registry.get(aggregate.suite).scorecard:
                 value = metric_value(aggregate, where, name)
                 values.append(f"{label} {'-' if value is None else f'{value:.2f}'}")
             window = aggregate.window
@@ -342,11 +322,10 @@ class Scorecard:
 
 
 _OUTCOME_ORDER = {"Pass": 0, "Review": 1, "Fail": 2, "A": 3, "B": 4, "C": 5, "D": 6, "F": 7}
-_SUITE_ORDER = {suite: index for index, suite in enumerate(SUITES)}
 
 
 def _clock(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%H:%M:%S")
 
 
-__all__ = ["MAIN_METRICS", "SUITES", "Scorecard", "metric_value"]
+__all__ = ["Scorecard", "metric_value"]

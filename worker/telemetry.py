@@ -33,6 +33,7 @@ from prometheus_client import (
 
 from schemas.outputs import Aggregate, CaseResult, GateEvent
 from worker.config import Settings
+from worker.suites import registry
 from worker.unknown_fields import DETAIL_KEY as UNKNOWN_FIELDS_DETAIL
 
 OTHER = "other"
@@ -240,8 +241,9 @@ class Telemetry:
 
         Per-metric summaries use stats `mean|min|max|std|ci_low|ci_high`; the pass rate is
         `{metric="pass_rate", stat="rate"}`, the case count `{metric="cases",
-        stat="count"}`, SAFE per-metric pass rates and extraction figures `stat="rate"`,
-        alignment sessions and turns `stat="count"`. Aggregates of a window older than the
+        stat="count"}`, then the suite's own figures as its spec lists them (SAFE per-metric
+        pass rates and extraction figures `stat="rate"`, alignment sessions and turns
+        `stat="count"`). Aggregates of a window older than the
         newest one seen for the same suite, segment and window name are ignored.
         """
         segment = self._segment_values(aggregate.segment)
@@ -264,15 +266,8 @@ class Telemetry:
                 put(metric, stat, value)
         put("pass_rate", "rate", aggregate.pass_rate)
         put("cases", "count", float(aggregate.count))
-        if aggregate.safe is not None:
-            for metric, rate in aggregate.safe.pass_rates.items():
-                put(metric, "rate", rate)
-        if aggregate.extraction is not None:
-            for metric, figure in aggregate.extraction.metrics.items():
-                put(metric, "rate", figure)
-        if aggregate.alignment is not None:
-            put("sessions", "count", float(aggregate.alignment.sessions))
-            put("turns", "count", float(aggregate.alignment.turns))
+        for metric, stat, value in registry.figure_values(aggregate):
+            put(metric, stat, value)
 
     def record_gate(self, event: GateEvent) -> None:
         """`scorestream_gate_firing` = 1 while firing, 0 once resolved."""

@@ -3,8 +3,10 @@
 Per metric: the difference of means (candidate - baseline) with a 95% bootstrap CI of the
 difference, paired by case id where both reports have it (`safe`: `test_id`, `extraction`:
 `id`, `alignment`: `session_id`), unpaired otherwise. A regression is a CI entirely beyond
-`-tolerance` in the bad direction (below it for higher-is-better metrics). Exit codes:
-0 no significant regression, 1 a significant regression, 3 bad input.
+`-tolerance` in the bad direction (below it for higher-is-better metrics). A metric's
+direction and bounds come from its suite's metric metadata (`worker.suites.registry`); a
+value outside its metric's bounds is bad input. Exit codes: 0 no significant regression,
+1 a significant regression, 3 bad input.
 """
 
 from __future__ import annotations
@@ -24,9 +26,7 @@ from rich.table import Table
 from worker.exit_codes import EXIT_ERROR as EXIT_BAD_INPUT
 from worker.exit_codes import EXIT_OK, EXIT_REGRESSION
 from worker.stats import bootstrap_diff_ci
-
-# Per-case metrics where lower is better (matched as substrings of the metric name).
-LOWER_IS_BETTER = ("hallucination", "error", "latency", "violation", "repair")
+from worker.suites import registry
 
 
 class CompareInputError(Exception):
@@ -49,10 +49,9 @@ def load_report(path: str) -> dict[str, Any]:
 
 def report_suite(report: Mapping[str, Any], path: str) -> str:
     kind = report.get("report_type")
-    if kind == "SAFE_v0":
-        return "safe"
-    if kind in ("extraction", "alignment"):
-        return str(kind)
+    spec = registry.by_report_type(kind)
+    if spec is not None:
+        return spec.name
     raise CompareInputError(f"{path}: unknown report_type {kind!r}")
 
 
@@ -64,11 +63,7 @@ def _number(value: Any) -> float | None:
 
 def case_scores(report: Mapping[str, Any], suite: str, path: str) -> dict[str, dict[str, float]]:
     """metric -> case id -> value, from the report's per-case (or per-session) scores."""
-    rows_key, id_key = {
-        "safe": ("results", "test_id"),
-        "extraction": ("results", "id"),
-        "alignment": ("sessions", "session_id"),
-    }[suite]
+    rows_key, id_key = registry.get(suite).report_rows
     rows = report.get(rows_key)
     if not isinstance(rows, list):
         raise CompareInputError(f"{path}: {rows_key} must be a list")
@@ -83,19 +78,32 @@ def case_scores(report: Mapping[str, Any], suite: str, path: str) -> dict[str, d
             case_id = f"{case_id}#{seen[case_id]}"
         for metric, value in row["scores"].items():
             number = _number(value)
+            info = registry.find_metric(str(metric), suite)
+            if number is not None and info is not None and not info.within_bounds(number):
+                raise CompareInputError(
+                    f"{path}: {rows_key}[{position}].scores.{metric}: {number} is outside "
+                    f"[{info.low}, {info.high}]"
+                )
             if number is not None:
                 table.setdefault(str(metric), {})[case_id] = number
     return table
 
 
-def higher_is_better(metric: str) -> bool:
-    return not any(part in metric.lower() for part in LOWER_IS_BETTER)
+def higher_is_better(metric: str, suite: str | None = None) -> bool:
+    """The metric's direction from its suite's metadata (any suite's when `suite` is None);
+    a metric no suite describes counts as higher-is-better."""
+    info = registry.find_metric(metric, suite)
+    return True if info is None else info.higher_is_better
 
 
 def compare_metric(
-    metric: str, baseline: Mapping[str, float], candidate: Mapping[str, float], tolerance: float
+    metric: str,
+    baseline: Mapping[str, float],
+    candidate: Mapping[str, float],
+    tolerance: float,
+    suite: str | None = None,
 ) -> dict[str, Any]:
-    """Difference of means, its bootstrap CI and the verdict for one metric."""
+    """Difference of means, its bootstrap CI and the verdict for one metric of `suite`."""
     common = sorted(set(baseline) & set(candidate))
     paired = bool(common)
     if paired:
@@ -107,7 +115,7 @@ def compare_metric(
     base_mean = float(np.mean(base)) if base else None
     cand_mean = float(np.mean(cand)) if cand else None
     diff = cand_mean - base_mean if base_mean is not None and cand_mean is not None else None
-    better_high = higher_is_better(metric)
+    better_high = higher_is_better(metric, suite)
     verdict = "insufficient data"
     if low is not None and high is not None:
         worse = high < -tolerance if better_high else low > tolerance
@@ -143,7 +151,7 @@ def compare_reports(
     base_scores = case_scores(baseline, suite, names[0])
     cand_scores = case_scores(candidate, suite, names[1])
     metrics = [
-        compare_metric(name, base_scores.get(name, {}), cand_scores.get(name, {}), tolerance)
+        compare_metric(name, base_scores.get(name, {}), cand_scores.get(name, {}), tolerance, suite)
         for name in sorted(set(base_scores) | set(cand_scores))
     ]
     regressions = [m["metric"] for m in metrics if m["verdict"] == "regression"]

@@ -4,19 +4,24 @@ A suite is a set of pure functions (no I/O, no Kafka, no clock):
 - a scorer turns one case (or turn, or session) into a `Scored`;
 - a `SuiteAggregator` folds `Scored` values into mergeable, JSON-compatible state
   (initialise / update / merge / figures), used alike by windows and batch reports;
-- a `BatchScorer` drives `scorestream score` for one suite and returns a `BatchReport`.
+- a `BatchScorer` drives `scorestream score` for one suite and returns a `BatchReport`;
+- a `SuiteSpec` names all of these for one suite, with its metric metadata
+  (`MetricInfo`); `worker.suites.registry` lists the specs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from pydantic import JsonValue
+from pydantic import BaseModel, JsonValue
 from rich.console import Console
 
-from schemas.outputs import CountValue, Grade, Label
+from schemas.outputs import CountValue, Grade, Label, Versions
+
+if TYPE_CHECKING:
+    from worker.config import Settings
 
 SCORER_VERSION = "0.1.0"
 
@@ -128,3 +133,82 @@ def grade_for(value: float | None) -> Grade | None:
         if value >= floor:
             return grade  # type: ignore[return-value]
     return "F"
+
+
+def scorer_versions(metrics: str, protocol: str | None = None) -> Versions:
+    """The `versions` of a result: this scorer's version, the suite's metrics version and
+    its protocol version (if it has one)."""
+    return Versions(scorer=SCORER_VERSION, metrics=metrics, protocol=protocol)
+
+
+# ---------------------------------------------------------------- suite specs
+
+
+@dataclass(frozen=True)
+class MetricInfo:
+    """What a metric means for comparisons and drill-downs: its direction and bounds."""
+
+    name: str
+    higher_is_better: bool = True
+    low: float | None = 0.0  # None: unbounded
+    high: float | None = 1.0
+
+    def within_bounds(self, value: float, tolerance: float = 1e-9) -> bool:
+        """Whether `value` lies inside the metric's bounds."""
+        return (self.low is None or value >= self.low - tolerance) and (
+            self.high is None or value <= self.high + tolerance
+        )
+
+
+def metrics(*names: str, lower_is_better: frozenset[str] = frozenset()) -> tuple[MetricInfo, ...]:
+    """`MetricInfo` of metrics bounded by [0, 1], higher better except `lower_is_better`."""
+    return tuple(MetricInfo(name, higher_is_better=name not in lower_is_better) for name in names)
+
+
+# A streaming case scorer: one payload in, one `Scored` out (raises `Rejected`).
+CaseScorer = Callable[[Any], Scored]
+# (metric, stat, value) series an aggregate's suite figures add to gates and telemetry.
+FigureValues = Callable[[Any], list[tuple[str, str, float]]]
+# (label, where, name): a scorecard column; `where` is mean, rate or figure.
+ScorecardColumn = tuple[str, str, str]
+
+
+@dataclass(frozen=True)
+class SuiteSpec:
+    """Everything the generic code needs to know about one suite.
+
+    `name` is the suite's wire name (`suite` of envelopes, results, aggregates); its
+    section of the configuration is `Settings.<name>` (model `settings`), its figures
+    `Aggregate.<name>` (model `figures`).
+    """
+
+    name: str
+    report_type: str  # `report_type` of its `scorestream score` JSON report
+    payloads: tuple[type[BaseModel], ...]  # wire payload models
+    settings: type[BaseModel]
+    figures: type[BaseModel]
+    score_metrics: tuple[MetricInfo, ...]  # `CaseResult.scores` / `Aggregate.metrics`
+    rate_metrics: tuple[MetricInfo, ...]  # what a `rate` gate reads besides pass_rate
+    headline: tuple[str, ...]  # metrics whose worst cases every final aggregate lists
+    report_rows: tuple[str, str]  # (list key, id key) of per-case rows in its JSON report
+    recognises: Callable[[Mapping[str, Any]], bool]  # a native row of this suite?
+    aggregator: Callable[[], SuiteAggregator]
+    batch_scorer: Callable[[Settings, BatchOptions], BatchScorer]
+    versions: Callable[[Settings], Versions]
+    figure_values: FigureValues
+    scorecard: tuple[ScorecardColumn, ...]
+    # Streaming: a case scorer loaded once; None for a suite scored by a stage of its own
+    # (alignment sessions).
+    case_scorer: Callable[[Settings], CaseScorer] | None = None
+
+    @property
+    def scored_in_sessions(self) -> bool:
+        """Whether the streaming worker scores this suite's records as session turns."""
+        return self.case_scorer is None
+
+    def metric(self, name: str) -> MetricInfo | None:
+        """The metadata of one of the suite's metrics (scores first), or None."""
+        for info in (*self.score_metrics, *self.rate_metrics):
+            if info.name == name:
+                return info
+        return None

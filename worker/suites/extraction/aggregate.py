@@ -36,17 +36,13 @@ COUNTER_NAMES: tuple[str, ...] = (
     "cot_faithful",
 )
 
-# Rates and scores, in report order (metrics-extraction.md, "Names in reports").
-RATE_NAMES: tuple[str, ...] = (
-    "strict_precision",
-    "strict_recall",
-    "strict_f1",
-    "relaxed_precision",
-    "relaxed_recall",
-    "relaxed_f1",
-    "type_precision",
-    "type_recall",
-    "type_f1",
+# Rates and scores, in report order (metrics-extraction.md, "Names in reports"), by group.
+MATCH_RATE_NAMES: tuple[str, ...] = tuple(
+    f"{level}_{measure}"
+    for level in ("strict", "relaxed", "type")
+    for measure in ("precision", "recall", "f1")
+)
+QUALITY_RATE_NAMES: tuple[str, ...] = (  # parse, schema and hallucination
     "parse_raw_success_rate",
     "parse_repair_success_rate",
     "parse_error_rate",
@@ -54,10 +50,34 @@ RATE_NAMES: tuple[str, ...] = (
     "schema_compliance_rate",
     "hallucination_rate",
     "hallucination_entity_rate",
+)
+COT_RATE_NAMES: tuple[str, ...] = (  # diagnostics, not a main claim
     "cot_type_consistency",
     "cot_argument_consistency",
     "cot_faithfulness",
     "cot_coverage_rate",
+)
+RATE_NAMES: tuple[str, ...] = (*MATCH_RATE_NAMES, *QUALITY_RATE_NAMES, *COT_RATE_NAMES)
+# Rates where a higher value is worse.
+LOWER_IS_BETTER_RATES = frozenset(
+    {
+        "parse_repair_success_rate",
+        "parse_error_rate",
+        "parse_extraction_failure_rate",
+        "hallucination_rate",
+        "hallucination_entity_rate",
+    }
+)
+
+# The per-case scores of a result (`Scored.scores`), in emission order.
+SCORE_NAMES: tuple[str, ...] = (
+    *MATCH_RATE_NAMES,
+    "parse_success",
+    "schema_compliant",
+    "hallucinated",
+    "cot_type_consistent",
+    "cot_argument_consistent",
+    "cot_faithful",
 )
 
 # Counters that the reports also list among their metrics.

@@ -12,7 +12,8 @@ from rich.table import Table
 
 from worker.suites.base import Scored
 from worker.suites.extraction.aggregate import (
-    RATE_NAMES,
+    COT_RATE_NAMES,
+    QUALITY_RATE_NAMES,
     REPORT_METRIC_NAMES,
     ExtractionAggregator,
 )
@@ -286,7 +287,7 @@ class ExtractionReport:
             "| metric | value |",
             "| --- | ---: |",
         ]
-        for name in RATE_NAMES[9:16]:
+        for name in QUALITY_RATE_NAMES:
             lines.append(f"| {name} | {m[name]:.4f} |")
         for name in (
             "parse_raw_success",
@@ -306,7 +307,7 @@ class ExtractionReport:
         lines += ["", "## Diagnostics: CoT (not a main claim)", ""]
         if self.settings.metrics.cot.enabled:
             lines += ["| metric | value |", "| --- | ---: |"]
-            for name in RATE_NAMES[16:]:
+            for name in COT_RATE_NAMES:
                 lines.append(f"| {name} | {m[name]:.4f} |")
             for name in ("cot_checked", "cot_skipped", "cot_parse_fail"):
                 lines.append(f"| {name} | {m[name]} |")

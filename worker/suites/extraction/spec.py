@@ -1,0 +1,77 @@
+"""The extraction suite as the registry sees it: its models, metrics and entry points."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from schemas.envelope import ExtractionPayload
+from schemas.outputs import ExtractionFigures, Versions
+from worker.rejections import UNKNOWN_SCHEMA, Rejected
+from worker.suites.base import CaseScorer, Scored, SuiteSpec, metrics, scorer_versions
+from worker.suites.extraction.aggregate import (
+    LOWER_IS_BETTER_RATES,
+    RATE_NAMES,
+    SCORE_NAMES,
+    ExtractionAggregator,
+)
+from worker.suites.extraction.batch import make_batch_scorer
+from worker.suites.extraction.scoring import load_context, score_case
+from worker.suites.extraction.settings import ExtractionSettings
+
+if TYPE_CHECKING:
+    from worker.config import Settings
+
+
+def recognises(row: Mapping[str, Any]) -> bool:
+    """A native extraction row has `text`, `gold` and `response`."""
+    return {"text", "gold", "response"} <= row.keys()
+
+
+def case_scorer(settings: Settings) -> CaseScorer:
+    """Loads the configured event schemas once; a case naming an unknown schema is
+    rejected (`unknown_schema`)."""
+    context = load_context(settings.extraction)
+
+    def score(payload: ExtractionPayload) -> Scored:
+        try:
+            return score_case(payload, context)
+        except ValueError as exc:
+            raise Rejected(UNKNOWN_SCHEMA, str(exc)) from None
+
+    return score
+
+
+def versions(settings: Settings) -> Versions:
+    section = settings.extraction
+    return scorer_versions(section.metrics_version, section.protocol_version)
+
+
+def figure_values(figures: ExtractionFigures) -> list[tuple[str, str, float]]:
+    """The micro-averaged rates (`stat="rate"`)."""
+    return [(metric, "rate", value) for metric, value in figures.metrics.items()]
+
+
+SPEC = SuiteSpec(
+    name="extraction",
+    report_type="extraction",
+    payloads=(ExtractionPayload,),
+    settings=ExtractionSettings,
+    figures=ExtractionFigures,
+    score_metrics=metrics(*SCORE_NAMES, lower_is_better=frozenset({"hallucinated"})),
+    rate_metrics=metrics(*RATE_NAMES, lower_is_better=LOWER_IS_BETTER_RATES),
+    headline=("strict_f1",),
+    report_rows=("results", "id"),
+    recognises=recognises,
+    aggregator=ExtractionAggregator,
+    batch_scorer=make_batch_scorer,
+    versions=versions,
+    figure_values=figure_values,
+    scorecard=(
+        ("strict F1", "figure", "strict_f1"),
+        ("relaxed F1", "figure", "relaxed_f1"),
+        ("schema", "figure", "schema_compliance_rate"),
+        ("halluc.", "figure", "hallucination_rate"),
+    ),
+    case_scorer=case_scorer,
+)

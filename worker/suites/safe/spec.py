@@ -1,0 +1,59 @@
+"""The SAFE suite as the registry sees it: its models, metrics and entry points."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from schemas.envelope import SafePayload
+from schemas.outputs import SafeFigures
+from worker.suites.base import CaseScorer, SuiteSpec, metrics, scorer_versions
+from worker.suites.safe.aggregate import SafeAggregator
+from worker.suites.safe.batch import make_batch_scorer
+from worker.suites.safe.scoring import METRICS, score_case
+from worker.suites.safe.settings import SafeSettings
+
+if TYPE_CHECKING:
+    from worker.config import Settings
+
+
+def recognises(row: Mapping[str, Any]) -> bool:
+    """A test case with `expectations`, or with `output` and `test_id` (a case without
+    `output` is scored as an empty output)."""
+    return "expectations" in row or ("output" in row and "test_id" in row)
+
+
+def case_scorer(settings: Settings) -> CaseScorer:
+    section = settings.safe
+    return lambda payload: score_case(payload, section)
+
+
+def figure_values(figures: SafeFigures) -> list[tuple[str, str, float]]:
+    """The per-metric pass rates (`stat="rate"`)."""
+    return [(metric, "rate", rate) for metric, rate in figures.pass_rates.items()]
+
+
+SPEC = SuiteSpec(
+    name="safe",
+    report_type="SAFE_v0",
+    payloads=(SafePayload,),
+    settings=SafeSettings,
+    figures=SafeFigures,
+    score_metrics=metrics(*METRICS, "composite"),
+    rate_metrics=metrics("pass_rate", "overall", *METRICS),
+    headline=("composite",),
+    report_rows=("results", "test_id"),
+    recognises=recognises,
+    aggregator=SafeAggregator,
+    batch_scorer=make_batch_scorer,
+    versions=lambda settings: scorer_versions("SAFE_v0"),
+    figure_values=figure_values,
+    scorecard=(
+        ("composite", "mean", "composite"),
+        ("CR", "mean", "CR"),
+        ("AH", "mean", "AH"),
+        ("AC", "mean", "AC"),
+        ("pass", "rate", "pass_rate"),
+    ),
+    case_scorer=case_scorer,
+)
