@@ -42,14 +42,13 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from schemas.envelope import ExtractionRecord, SafeRecord  # noqa: E402
 from topics.catalog import record_key, topic_names  # noqa: E402
 from topics.provision import create_topics  # noqa: E402
-from worker import intake  # noqa: E402
+from worker import input_records as intake  # noqa: E402
 from worker.broker import TANSU_STREAM_SETTINGS, EmbeddedBroker  # noqa: E402
 from worker.commands.stream import produce_lines  # noqa: E402
 from worker.config import Settings, load_settings  # noqa: E402
-from worker.engines import Engines  # noqa: E402
+from worker.scoring_suites import ScoringSuites as Engines  # noqa: E402
 from worker.stream import ScorestreamApp  # noqa: E402
 
 EXAMPLES = REPO / "examples"
@@ -349,11 +348,7 @@ async def raw_loop(
                 for message in messages:
                     received = datetime.now(UTC)
                     record = intake.decode_record(message.value, settings.max_record_bytes)
-                    if isinstance(record, SafeRecord):
-                        scored = engines.score_safe(record.payload)
-                    else:
-                        assert isinstance(record, ExtractionRecord)
-                        scored = engines.score_extraction(record.payload)
+                    scored = engines.score_case(record.suite, record.payload)
                     result = intake.build_result(
                         case_id=record.id,
                         suite=record.suite,

@@ -10,7 +10,7 @@ import orjson
 import pytest
 
 from tests.streamkit import make_config, settings_of
-from worker.engines import Engines
+from worker.scoring_suites import ScoringSuites as Engines
 from worker.stream import ScorestreamApp
 from worker.suites.alignment.embedding import HashingEmbedder
 from worker.suites.alignment.scoring import SessionState
@@ -126,15 +126,15 @@ async def test_oversized_records_are_dead_letters_with_the_raw_value_cut() -> No
 
 async def test_a_scorer_crash_is_a_dead_letter_not_a_dead_agent(harness: Harness) -> None:
     calls = {"n": 0}
-    original = harness.scorer.engines.score_safe
+    original = harness.scorer.engines.score_case
 
-    def flaky(payload: Any) -> Any:
+    def flaky(suite: str, payload: Any) -> Any:
         calls["n"] += 1
         if calls["n"] == 1:
             raise RuntimeError("boom")
-        return original(payload)
+        return original(suite, payload)
 
-    harness.scorer.engines.score_safe = flaky  # type: ignore[method-assign]
+    harness.scorer.engines.score_case = flaky  # type: ignore[method-assign]
     async with harness.agent("score").test_context() as agent:
         await agent.put(SAFE_CASE, key=b"c1")
         await agent.put(SAFE_CASE.replace(b'"c1"', b'"c2"'), key=b"c2")

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from schemas.outputs import CaseResult, RecordSource, Versions
 from worker import aggregation as agg
-from worker import intake
+from worker import input_records as intake
 from worker.config import GateConfig
 from worker.gates import GateEvaluator, gated_metrics
 from worker.suites.base import Scored, State

@@ -16,7 +16,7 @@ from aiokafka.errors import KafkaError
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from schemas.envelope import AlignmentRecord, AlignmentSessionPayload, SafeRecord
+from schemas.envelope import AlignmentRecord, AlignmentSessionPayload
 from tests.streamkit import (
     EXAMPLES,
     TopicReader,
@@ -27,10 +27,10 @@ from tests.streamkit import (
     settings_of,
     write_config,
 )
-from worker import intake
+from worker import input_records as intake
 from worker.broker import EmbeddedBroker
 from worker.config import LimitsSettings
-from worker.engines import Engines
+from worker.scoring_suites import ScoringSuites as Engines
 from worker.suites.alignment.embedding import HashingEmbedder
 
 REASONS = {
@@ -58,9 +58,7 @@ def outcome(engines: Engines, raw: bytes) -> str:
     try:
         record = intake.decode_record(raw, 1 << 20, LIMITS)
         intake.usable_event_time(record.event_time() or NOW, NOW, 300.0)
-        if isinstance(record, SafeRecord):
-            engines.score_safe(record.payload)
-        elif isinstance(record, AlignmentRecord):
+        if isinstance(record, AlignmentRecord):
             engines.check_persona(record.payload.persona_id)
             payload = record.payload
             if isinstance(payload, AlignmentSessionPayload):
@@ -74,7 +72,7 @@ def outcome(engines: Engines, raw: bytes) -> str:
             else:
                 engines.score_turn(payload, engines.embed([payload.text])[0])
         else:
-            engines.score_extraction(record.payload)
+            engines.score_case(record.suite, record.payload)
     except intake.Rejected as rejected:
         assert rejected.reason in REASONS
         assert rejected.message

@@ -182,20 +182,20 @@ async def test_a_result_over_the_producer_limit_is_a_dead_letter(
 
 POISON_HOOK = """
 import os
-from worker import engines
+from worker import scoring_suites
 
-_score_safe = engines.Engines.score_safe
+_score_case = scoring_suites.ScoringSuites.score_case
 
 
-def score_safe(self, payload):
-    if payload.test_id == "POISON":
+def score_case(self, suite, payload):
+    if suite == "safe" and payload.test_id == "POISON":
         os._exit(70)  # the process dies in the middle of the record
-    if payload.test_id == "BOOM":
+    if suite == "safe" and payload.test_id == "BOOM":
         raise RuntimeError("scorer bug")
-    return _score_safe(self, payload)
+    return _score_case(self, suite, payload)
 
 
-engines.Engines.score_safe = score_safe
+scoring_suites.ScoringSuites.score_case = score_case
 """
 
 

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from schemas.envelope import ExtractionPayload, SafePayload
-from worker.inputs import parse_envelope
+from worker.input_files import parse_envelope
 from worker.suites.base import Scored
 from worker.unknown_fields import NATIVE_ROW_KEYS, unknown_fields, with_unknown_fields
 

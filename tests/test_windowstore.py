@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 
 from schemas.outputs import CaseResult, RecordSource
-from worker import intake
+from worker import input_records as intake
 from worker.config import WindowConfig
-from worker.engines import AGGREGATORS
 from worker.eventtime import InvalidEventTime, Marker, PartitionClock, Watermark, check_event_time
+from worker.suites.registry import AGGREGATORS
 from worker.windowstore import Emission, WindowStore
 
 T0 = 1_700_000_040.0  # a whole minute: 2023-11-14T22:14:00Z

@@ -24,7 +24,7 @@ from worker.config import Settings, parse_duration
 from worker.connection import BrokerUnavailable, within
 from worker.drilldown import Query, Selection, gate_event_query, select, window_query
 from worker.exit_codes import EXIT_MISSING, EXIT_OK, UsageError
-from worker.intake import describe_validation_error
+from worker.validation_errors import describe_validation_error
 
 
 def run_results(args: argparse.Namespace) -> int:

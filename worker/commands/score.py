@@ -1,17 +1,16 @@
 """`scorestream score FILE...`: score files offline with the suites' batch scorers.
 
-Suite-agnostic: rows are recognised by shape (`worker.inputs`), grouped by suite and
-handed to `worker.suites.<suite>.make_batch_scorer`. Exit codes (seed 004 section 7.3):
-0 all Pass, 1 any Fail, 2 any Review and no Fail, 3 configuration, usage or runtime error,
-and 3 too when any row could not be scored or belongs to another suite than `--suite`
-(the report of the other rows is still written; each row is named on stderr as
-`FILE:LINE: field: reason`).
+Suite-agnostic: rows are recognised by shape (`worker.input_files`), grouped by suite and
+handed to the batch scorer of the suite's spec (`worker.suites.registry`). Exit codes
+(seed 004 section 7.3): 0 all Pass, 1 any Fail, 2 any Review and no Fail, 3 configuration,
+usage or runtime error, and 3 too when any row could not be scored or belongs to another
+suite than `--suite` (the report of the other rows is still written; each row is named on
+stderr as `FILE:LINE: field: reason`).
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import sys
 from collections.abc import Iterable
@@ -24,7 +23,7 @@ from rich.progress import Progress
 
 from worker.config import ConfigError, Settings, load_settings
 from worker.exit_codes import EXIT_ERROR
-from worker.inputs import (
+from worker.input_files import (
     RawRow,
     RowError,
     guess_native_suite,
@@ -33,6 +32,7 @@ from worker.inputs import (
     read_rows,
     validation_problems,
 )
+from worker.suites import registry
 from worker.suites.base import BatchItem, BatchOptions, BatchReport, BatchScorer
 from worker.unknown_fields import NATIVE_ROW_KEYS, unknown_fields
 
@@ -46,11 +46,11 @@ def worst_exit_code(codes: Iterable[int]) -> int:
 
 
 class SuiteUnavailable(Exception):
-    """A suite module that cannot be imported or has no `make_batch_scorer`."""
+    """A suite that is not registered or whose batch scorer cannot start."""
 
 
 class Scorers:
-    """The batch scorer of each suite, imported on first use."""
+    """The batch scorer of each suite, made on first use."""
 
     def __init__(self, settings: Settings, options: BatchOptions) -> None:
         self.settings = settings
@@ -62,14 +62,13 @@ class Scorers:
         if suite in self.unavailable:
             raise SuiteUnavailable(self.unavailable[suite])
         if suite not in self._scorers:
+            spec = registry.find(suite)
+            if spec is None:
+                known = ", ".join(registry.names())
+                self.unavailable[suite] = f"suite {suite!r} is not available (known: {known})"
+                raise SuiteUnavailable(self.unavailable[suite])
             try:
-                module = importlib.import_module(f"worker.suites.{suite}")
-                make = module.make_batch_scorer
-            except (ImportError, AttributeError) as exc:
-                self.unavailable[suite] = f"suite {suite!r} is not available: {exc}"
-                raise SuiteUnavailable(self.unavailable[suite]) from exc
-            try:
-                self._scorers[suite] = make(self.settings, self.options)
+                self._scorers[suite] = spec.batch_scorer(self.settings, self.options)
             except Exception as exc:  # e.g. a suite's own configuration check
                 self.unavailable[suite] = f"suite {suite!r} cannot start: {exc}"
                 raise SuiteUnavailable(self.unavailable[suite]) from exc

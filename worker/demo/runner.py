@@ -90,8 +90,8 @@ class Demo:
         return await self.screen.show(self._run())
 
     async def _run(self) -> int:
-        from worker.engines import Engines
         from worker.lag import watch_worker
+        from worker.scoring_suites import ScoringSuites
         from worker.stream import ScorestreamApp
 
         settings = self.settings
@@ -102,7 +102,7 @@ class Demo:
         )
         say("loading the scorers and the embedding model")
         try:
-            engines = await asyncio.to_thread(Engines.load, settings)
+            engines = await asyncio.to_thread(ScoringSuites.load, settings)
             await asyncio.to_thread(engines.warm_up)
         except ConfigError as exc:
             raise UsageError(str(exc)) from None

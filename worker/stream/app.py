@@ -29,8 +29,8 @@ import faust
 
 from topics.provision import bootstrap_servers
 from worker.config import Settings
-from worker.engines import Engines
 from worker.kafka_security import aiokafka_options, faust_options, internal_topic_configs
+from worker.scoring_suites import ScoringSuites
 from worker.stream.changelog_ends import exact_highwaters
 from worker.stream.context import StreamContext
 from worker.stream.durable_table import durable_table
@@ -86,12 +86,12 @@ class ScorestreamApp:
         self,
         settings: Settings,
         broker: str,
-        engines: Engines | None = None,
+        engines: ScoringSuites | None = None,
         telemetry: Telemetry | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.settings = settings
-        self.engines = engines or Engines.load(settings)
+        self.engines = engines or ScoringSuites.load(settings)
         self.telemetry = telemetry or Telemetry.from_settings(settings)
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embed")
         self.ready = asyncio.Event()

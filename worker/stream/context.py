@@ -11,9 +11,9 @@ from datetime import UTC, datetime
 
 from faust.types import EventT
 
-from worker import intake
 from worker.config import Settings
-from worker.engines import Engines
+from worker.input_records import SourcePosition
+from worker.scoring_suites import ScoringSuites
 from worker.stream.publish import Publisher
 from worker.telemetry import Telemetry
 
@@ -23,7 +23,7 @@ class StreamContext:
     """The collaborators of the stages; `clock` is wall-clock epoch seconds."""
 
     settings: Settings
-    engines: Engines
+    engines: ScoringSuites
     telemetry: Telemetry
     publisher: Publisher
     clock: Callable[[], float]
@@ -49,8 +49,8 @@ def event_context(event: EventT) -> Iterator[None]:
         _current_event.reset(token)
 
 
-def source_position(event: EventT) -> intake.SourcePosition:
+def source_position(event: EventT) -> SourcePosition:
     """Where `event` was read, with its record timestamp."""
     message = event.message
     timestamp = datetime.fromtimestamp(message.timestamp, UTC) if message.timestamp else None
-    return intake.SourcePosition(message.topic, message.partition, message.offset, timestamp)
+    return SourcePosition(message.topic, message.partition, message.offset, timestamp)

@@ -16,7 +16,8 @@ import orjson
 from faust.types import TopicT
 
 from schemas.outputs import Aggregate, CaseResult, GateEvent
-from worker import aggregation, intake
+from worker import aggregation
+from worker import input_records as intake
 from worker.config import Settings
 from worker.eventtime import Marker
 from worker.telemetry import Telemetry

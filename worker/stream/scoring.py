@@ -1,4 +1,4 @@
-"""The score stage: reads the input topic, scores SAFE and extraction cases inline,
+"""The score stage: reads the input topic, scores the case-by-case suites inline,
 forwards alignment records to the session stage, dead-letters what cannot be scored, and
 tells the downstream stages how far each input partition has got (watermark markers).
 """
@@ -15,9 +15,9 @@ from typing import Any
 import orjson
 from faust.types import TP, AppT, EventT
 
-from schemas.envelope import AlignmentRecord, ExtractionRecord, SafeRecord
+from schemas.envelope import AlignmentRecord
 from schemas.outputs import CaseResult
-from worker import intake
+from worker import input_records as intake
 from worker.eventtime import Marker, PartitionClock
 from worker.stream.context import StreamContext, event_context, source_position
 from worker.stream.inflight import InflightGuard
@@ -182,12 +182,7 @@ class ScoreStage:
                 await self._forward_turn(record, source, received, event_time)
                 return event_time
             started = time.perf_counter()
-            if isinstance(record, SafeRecord):
-                scored = engines.score_safe(record.payload)
-            elif isinstance(record, ExtractionRecord):
-                scored = engines.score_extraction(record.payload)
-            else:  # pragma: no cover - the discriminated union has three members
-                raise intake.Rejected(intake.UNKNOWN_SUITE, f"unknown suite {record.suite!r}")
+            scored = engines.score_case(record.suite, record.payload)
             scored = with_unknown_fields(scored, unknown_fields(record.payload))
             elapsed = time.perf_counter() - started
         except OutputTooLarge as exc:

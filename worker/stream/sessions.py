@@ -24,7 +24,7 @@ from faust.types import EventT
 from pydantic import JsonValue
 
 from schemas.envelope import AlignmentRecord, AlignmentSessionPayload, AlignmentTurnPayload
-from worker import intake
+from worker import input_records as intake
 from worker.eventtime import Marker, Watermark
 from worker.stream.context import StreamContext, event_context
 from worker.stream.publish import OutputTooLarge, marker_of

@@ -18,13 +18,13 @@ from schemas.envelope import parse_event_time
 from schemas.outputs import Aggregate, CaseResult, RecordSource
 from worker import aggregation
 from worker.config import Settings, WindowConfig
-from worker.engines import AGGREGATORS
 from worker.eventtime import Marker
 from worker.gates import GateEvaluator, applies_to, gate_key, gated_metrics
 from worker.stream.context import StreamContext, event_context
 from worker.stream.publish import marker_of
 from worker.stream.scoring import INPUT_GROUP
 from worker.stream.sessions import SESSION_GROUP
+from worker.suites.registry import AGGREGATORS
 from worker.windowstore import Emission, WindowStore
 
 log = logging.getLogger("scorestream")

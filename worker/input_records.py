@@ -1,6 +1,8 @@
-"""Turning raw input records into validated envelopes, results and dead letters.
+"""Input records of the streaming worker: raw bytes in; a validated envelope, a result
+message or a dead letter out.
 
-No Kafka here: the streaming agents pass bytes and their source position in, and send what
+`validate_record` is the one validator of envelopes (the `score` command's files use it
+too). No Kafka here: the streaming agents pass bytes and their source position in, and send what
 comes out. Every failure has a `reason` (the dead letter's `error.type` and the
 `scorestream_dead_letters_total{reason}` label).
 """
@@ -26,34 +28,35 @@ from schemas.outputs import (
 )
 from worker.config import LimitsSettings
 from worker.eventtime import InvalidEventTime, check_event_time
-from worker.suites.base import SCORER_VERSION, Scored
+
+# Dead-letter reasons and `Rejected` live in `worker.rejections`; re-exported here.
+from worker.rejections import (
+    FIELD_TOO_LARGE,
+    INVALID_JSON,
+    INVALID_RECORD,
+    INVALID_TIMESTAMP,
+    NOT_UTF8,
+    OUTPUT_TOO_LARGE,
+    OVERSIZED,
+    POISON_PILL,
+    SCORING_ERROR,
+    UNKNOWN_PERSONA,
+    UNKNOWN_SCHEMA,
+    UNKNOWN_SUITE,
+    Rejected,
+)
+from worker.suites import registry
+from worker.suites.base import Scored
+from worker.validation_errors import describe_validation_error
 
 INPUT_RECORDS: TypeAdapter[InputRecord] = TypeAdapter(InputRecord)
-
-# Dead-letter reasons (bounded set: they are Prometheus label values).
-OVERSIZED = "oversized"
-NOT_UTF8 = "not_utf8"
-INVALID_JSON = "invalid_json"
-INVALID_RECORD = "invalid_record"
-UNKNOWN_SUITE = "unknown_suite"
-UNKNOWN_PERSONA = "unknown_persona"
-UNKNOWN_SCHEMA = "unknown_schema"
-SCORING_ERROR = "scoring_error"
-INVALID_TIMESTAMP = "invalid_timestamp"
-FIELD_TOO_LARGE = "field_too_large"
-OUTPUT_TOO_LARGE = "output_too_large"
-POISON_PILL = "poison_pill"
 
 MAX_MESSAGE_CHARS = 2000  # of a dead letter's error message
 
 
-class Rejected(Exception):
-    """An input record that cannot be scored, with the dead-letter reason."""
-
-    def __init__(self, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.reason = reason
-        self.message = message
+def validate_record(data: object) -> InputRecord:
+    """The envelope of a decoded JSON value (raises `pydantic.ValidationError`)."""
+    return INPUT_RECORDS.validate_python(data)
 
 
 @dataclass(frozen=True)
@@ -64,18 +67,6 @@ class SourcePosition:
     partition: int
     offset: int
     timestamp: datetime | None = None
-
-
-def describe_validation_error(exc: ValidationError) -> str:
-    """`payload.output.signals: Input should be a valid list; ...` (first few problems)."""
-    parts = []
-    for err in exc.errors()[:5]:
-        where = ".".join(str(part) for part in err["loc"]) or "(record)"
-        parts.append(f"{where}: {err['msg']}")
-    more = len(exc.errors()) - 5
-    if more > 0:
-        parts.append(f"... and {more} more")
-    return "; ".join(parts)
 
 
 def _too_large(field: str, size: int, limit: int, setting: str, unit: str = "bytes") -> Rejected:
@@ -169,11 +160,11 @@ def decode_record(
     if not isinstance(data, dict):
         raise Rejected(INVALID_RECORD, f"expected a JSON object, got {type(data).__name__}")
     suite = data.get("suite")
-    if suite is not None and suite not in ("alignment", "extraction", "safe"):
+    if suite is not None and registry.find(suite) is None:
         raise Rejected(UNKNOWN_SUITE, f"unknown suite {str(suite)[:64]!r}")
     check_limits(data, limits or LimitsSettings())
     try:
-        return INPUT_RECORDS.validate_python(data)
+        return validate_record(data)
     except ValidationError as exc:
         bad_time = any(err["loc"][1:2] == ("ts",) for err in exc.errors())
         reason = INVALID_TIMESTAMP if bad_time else INVALID_RECORD
@@ -277,5 +268,28 @@ def build_result(
     )
 
 
-def scorer_versions(metrics: str, protocol: str | None = None) -> Versions:
-    return Versions(scorer=SCORER_VERSION, metrics=metrics, protocol=protocol)
+__all__ = [
+    "FIELD_TOO_LARGE",
+    "INPUT_RECORDS",
+    "INVALID_JSON",
+    "INVALID_RECORD",
+    "INVALID_TIMESTAMP",
+    "NOT_UTF8",
+    "OUTPUT_TOO_LARGE",
+    "OVERSIZED",
+    "POISON_PILL",
+    "SCORING_ERROR",
+    "UNKNOWN_PERSONA",
+    "UNKNOWN_SCHEMA",
+    "UNKNOWN_SUITE",
+    "Rejected",
+    "SourcePosition",
+    "build_result",
+    "check_limits",
+    "dead_letter",
+    "decode_record",
+    "describe_validation_error",
+    "result_key",
+    "usable_event_time",
+    "validate_record",
+]

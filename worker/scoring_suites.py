@@ -1,8 +1,10 @@
 """The scoring suites as the streaming worker uses them, loaded once at start.
 
-`Engines.load(settings)` reads personas, safety patterns and event schemas (a bad one is
-a `ConfigError` at start, not a dead letter per record) and exposes one surface for the
-agents: score a SAFE or extraction case, embed and score alignment turns, close sessions.
+`ScoringSuites.load(settings)` prepares every registered suite's case scorer (e.g. the
+extraction event schemas) and the alignment session stage's personas, safety patterns and
+embedder (a bad one is a `ConfigError` at start, not a dead letter per record). The score
+stage calls `score_case(suite, payload)`; the session stage embeds and scores turns and
+closes sessions.
 """
 
 from __future__ import annotations
@@ -12,40 +14,43 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from schemas.envelope import AlignmentTurnPayload, ExtractionPayload, SafePayload
+from schemas.envelope import AlignmentTurnPayload
 from schemas.outputs import Versions
 from worker.config import Settings
-from worker.intake import UNKNOWN_PERSONA, UNKNOWN_SCHEMA, Rejected, scorer_versions
-from worker.suites import extraction, safe
+from worker.rejections import UNKNOWN_PERSONA, UNKNOWN_SUITE, Rejected
+from worker.suites import registry
 from worker.suites.alignment.embedding import Embedder, embedder_from_settings
 from worker.suites.alignment.personas import PersonaCatalog
 from worker.suites.alignment.safety import SafetyPatterns, patterns_from_settings
 from worker.suites.alignment.scoring import (
-    AlignmentAggregator,
     SessionState,
     TurnScore,
     score_session,
     score_turn,
 )
-from worker.suites.base import Scored, SuiteAggregator
+from worker.suites.base import CaseScorer, Scored
 
 
 @dataclass
-class Engines:
-    """Everything the agents need to score, prepared once."""
+class ScoringSuites:
+    """Everything the stream stages need to score, prepared once."""
 
     settings: Settings
-    extraction_context: extraction.ExtractionContext
+    case_scorers: dict[str, CaseScorer]
     personas: PersonaCatalog
     patterns: SafetyPatterns
     embedder: Embedder
 
     @classmethod
-    def load(cls, settings: Settings, embedder: Embedder | None = None) -> Engines:
+    def load(cls, settings: Settings, embedder: Embedder | None = None) -> ScoringSuites:
         embedder = embedder or embedder_from_settings(settings)
         return cls(
             settings=settings,
-            extraction_context=extraction.load_context(settings.extraction),
+            case_scorers={
+                spec.name: spec.case_scorer(settings)
+                for spec in registry.specs()
+                if spec.case_scorer is not None
+            },
             personas=PersonaCatalog.from_settings(settings, embedder),
             patterns=patterns_from_settings(settings),
             embedder=embedder,
@@ -53,14 +58,12 @@ class Engines:
 
     # ------------------------------------------------------------ per-case suites
 
-    def score_safe(self, payload: SafePayload) -> Scored:
-        return safe.score_case(payload, self.settings.safe)
-
-    def score_extraction(self, payload: ExtractionPayload) -> Scored:
-        try:
-            return extraction.score_case(payload, self.extraction_context)
-        except ValueError as exc:
-            raise Rejected(UNKNOWN_SCHEMA, str(exc)) from None
+    def score_case(self, suite: str, payload: object) -> Scored:
+        """Score one case of a suite scored case by case (raises `Rejected`)."""
+        scorer = self.case_scorers.get(suite)
+        if scorer is None:
+            raise Rejected(UNKNOWN_SUITE, f"suite {suite!r} is not scored case by case")
+        return scorer(payload)
 
     # ------------------------------------------------------------ alignment
 
@@ -96,15 +99,5 @@ class Engines:
     # ------------------------------------------------------------ shared
 
     def versions(self, suite: str) -> Versions:
-        if suite == "extraction":
-            return scorer_versions(
-                self.settings.extraction.metrics_version, self.settings.extraction.protocol_version
-            )
-        return scorer_versions({"safe": "SAFE_v0", "alignment": "1.0"}[suite])
-
-
-AGGREGATORS: dict[str, SuiteAggregator] = {
-    "safe": safe.SafeAggregator(),
-    "extraction": extraction.ExtractionAggregator(),
-    "alignment": AlignmentAggregator(),
-}
+        """The `versions` of the suite's results."""
+        return registry.get(suite).versions(self.settings)

@@ -16,11 +16,12 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from pydantic import TypeAdapter, ValidationError
+from pydantic import ValidationError
 
-from schemas.envelope import SUITES, InputRecord
-
-INPUT_RECORD_ADAPTER: TypeAdapter[InputRecord] = TypeAdapter(InputRecord)
+from schemas.envelope import InputRecord
+from worker.input_records import validate_record
+from worker.suites import registry
+from worker.validation_errors import error_lines
 
 
 @dataclass(frozen=True)
@@ -102,37 +103,19 @@ def is_envelope(row: dict[str, Any]) -> bool:
 
 def validation_problems(exc: ValidationError, drop_tag: bool = False) -> list[str]:
     """`field: reason` for each error; `drop_tag` removes a tagged union's leading tag."""
-    problems = []
-    for error in exc.errors():
-        loc = list(error["loc"])
-        if drop_tag and loc and loc[0] in SUITES:
-            loc = loc[1:]
-        if error["type"] == "union_tag_invalid":
-            loc = ["suite"]
-        field = ".".join(str(part) for part in loc) or "(row)"
-        problems.append(f"{field}: {error['msg']}")
-    return problems
+    tags = registry.names() if drop_tag else ()
+    return error_lines(exc, root="(row)", drop_tags=tags, tag_field="suite")
 
 
 def parse_envelope(row: dict[str, Any]) -> InputRecord:
     """Validate an envelope row; raises `RowError` naming the offending fields."""
     try:
-        return INPUT_RECORD_ADAPTER.validate_python(row)
+        return validate_record(row)
     except ValidationError as exc:
         raise RowError(validation_problems(exc, drop_tag=True)) from exc
 
 
 def guess_native_suite(row: dict[str, Any]) -> str | None:
-    """The suite whose native shape `row` has (interface.md), or None.
-
-    safe: a test case with `expectations`, or with `output` and `test_id` (a case without
-    `output` is scored as an empty output); extraction: `text`, `gold`, `response`;
-    alignment: a turn or session with `session_id`.
-    """
-    if "expectations" in row or ("output" in row and "test_id" in row):
-        return "safe"
-    if {"text", "gold", "response"} <= row.keys():
-        return "extraction"
-    if "session_id" in row and ("turn_index" in row or "turns" in row):
-        return "alignment"
-    return None
+    """The suite whose native shape `row` has (interface.md), or None: each suite's spec
+    recognises its own rows (`SuiteSpec.recognises`)."""
+    return registry.native_suite(row)
