@@ -1,7 +1,8 @@
 """Typed settings: one YAML file, `SCORESTREAM_*` environment, command-line overrides.
 
-Each suite's own section model lives in its package (`worker.suites.<suite>.settings`)
-and is assembled here; the names stay importable from this module.
+Each suite's own section model lives in its package (`worker.suites.<suite>.settings`);
+`Settings` gets one section per registered suite (`settings_model`), so a new suite
+needs no change here. The section models stay importable from this module.
 
 Precedence: command-line flag > environment > file > defaults. The seed's `SAFE_V0_*`
 variables and a `safe.config.json` (seed 004 section 6.2) are honoured too, at the
@@ -12,8 +13,9 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
 from pydantic import (
@@ -21,6 +23,7 @@ from pydantic import (
     SecretStr,
     ValidationError,
     ValidationInfo,
+    create_model,
     field_validator,
     model_validator,
 )
@@ -35,6 +38,7 @@ from worker.settings_base import (
     format_duration,
     parse_duration,
 )
+from worker.suites import registry
 from worker.suites.alignment.settings import (
     AlignmentSettings,
     AuthenticityWeights,
@@ -44,6 +48,7 @@ from worker.suites.alignment.settings import (
     SeverityWeights,
     VerbosityLimits,
 )
+from worker.suites.base import SuiteSpec
 from worker.suites.extraction.settings import (
     CotConfig,
     ExtractionMetricsConfig,
@@ -240,8 +245,8 @@ class KafkaSettings(Section):
         return self
 
 
-class Settings(BaseSettings):
-    """Everything scorestream can be configured with."""
+class CoreSettings(BaseSettings):
+    """The settings of the worker itself; `Settings` adds one section per suite."""
 
     model_config = SettingsConfigDict(
         env_prefix="SCORESTREAM_",
@@ -271,10 +276,6 @@ class Settings(BaseSettings):
     stream: StreamSettings = Field(default_factory=StreamSettings)
     limits: LimitsSettings = Field(default_factory=LimitsSettings)
     kafka: KafkaSettings = Field(default_factory=KafkaSettings)
-    alignment: AlignmentSettings = Field(default_factory=AlignmentSettings)
-    extraction: ExtractionSettings = Field(default_factory=ExtractionSettings)
-    safe: SafeSettings = Field(default_factory=SafeSettings)
-    gates: list[GateConfig] = Field(default_factory=list)
 
     @classmethod
     def settings_customise_sources(
@@ -288,6 +289,37 @@ class Settings(BaseSettings):
         # Layering (file < env < flags) is done by `load_settings`, which also reads the
         # seed's SAFE_V0_* variables; the model itself only validates what it is given.
         return (init_settings,)
+
+
+def settings_model(specs: Iterable[SuiteSpec]) -> type[CoreSettings]:
+    """The `Settings` model: the core settings, then each suite's section (its spec's
+    `settings` model, under the suite's name, in name order), then `gates`."""
+    sections: dict[str, Any] = {
+        spec.name: (spec.settings, Field(default_factory=spec.settings))
+        for spec in sorted(specs, key=lambda spec: spec.name)
+    }
+    return create_model(
+        "Settings",
+        __base__=CoreSettings,
+        __doc__="Everything scorestream can be configured with.",
+        __module__=__name__,
+        **sections,
+        gates=(list[GateConfig], Field(default_factory=list)),
+    )
+
+
+if TYPE_CHECKING:  # the built-in suites' sections, typed for the type checker
+
+    class Settings(CoreSettings):
+        """Everything scorestream can be configured with."""
+
+        alignment: AlignmentSettings = Field(default_factory=AlignmentSettings)
+        extraction: ExtractionSettings = Field(default_factory=ExtractionSettings)
+        safe: SafeSettings = Field(default_factory=SafeSettings)
+        gates: list[GateConfig] = Field(default_factory=list)
+
+else:
+    Settings = settings_model(registry.specs())
 
 
 # ---------------------------------------------------------------- loading
@@ -414,6 +446,7 @@ __all__ = [
     "AlignmentSettings",
     "AuthenticityWeights",
     "ConfigError",
+    "CoreSettings",
     "CotConfig",
     "Duration",
     "EmbeddingSettings",
@@ -442,4 +475,5 @@ __all__ = [
     "format_duration",
     "load_settings",
     "parse_duration",
+    "settings_model",
 ]
