@@ -14,7 +14,8 @@ from worker.suites.safe.matching import (
     effective_terms,
     match_terms,
 )
-from worker.suites.safe.report import SafeBatchReport, ScoredCase
+from worker.suites.safe.render import SafeBatchReport
+from worker.suites.safe.report import ScoredCase
 from worker.suites.safe.scoring import (
     METRICS,
     at_least,

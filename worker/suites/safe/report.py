@@ -8,8 +8,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from rich.console import Console
-
 from worker.suites.base import Scored, exit_code_for_labels
 from worker.suites.safe.aggregate import LABELS, SafeAggregator
 from worker.suites.safe.scoring import METRICS, at_least, detail_terms
@@ -94,8 +92,9 @@ def _single_or_joined(values: Iterable[str]) -> str:
 
 
 @dataclass
-class SafeBatchReport:
-    """Scored SAFE cases of one `scorestream score` run, with their aggregate."""
+class SafeReport:
+    """Scored SAFE cases of one `scorestream score` run, with their aggregate: the figures
+    and the JSON report (`worker.suites.safe.render` draws it for a console or markdown)."""
 
     cases: list[ScoredCase]
     settings: SafeSettings
@@ -203,16 +202,6 @@ class SafeBatchReport:
                 "common_AC_misses": [{"phrase": term, "miss_count": n} for term, n in misses["AC"]],
             },
         }
-
-    def render_console(self, console: Console, verbose: bool = False) -> None:
-        from worker.suites.safe.console import render_scorecard
-
-        render_scorecard(self, console, verbose)
-
-    def to_markdown(self) -> str:
-        from worker.suites.safe.markdown import render_markdown
-
-        return render_markdown(self)
 
     def exit_code(self) -> int:
         return exit_code_for_labels([case.scored.label for case in self.cases])

@@ -1,18 +1,18 @@
-"""The SAFE v0 console scorecard (seed 004 section 5.2), drawn with rich."""
+"""How a SAFE report is drawn: the console scorecard (seed 004 section 5.2, with rich) and
+the markdown report (section 5.3). Outside the pure core: `report.py` knows nothing of it.
+"""
 
 from __future__ import annotations
-
-from typing import TYPE_CHECKING
 
 from rich import box
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from worker.suites.safe.report import SafeReport
 from worker.suites.safe.scoring import detail_terms
 
-if TYPE_CHECKING:
-    from worker.suites.safe.report import SafeBatchReport
+# ---------------------------------------------------------------- console
 
 INNER_WIDTH = 71  # characters between the double bars, as in the seed
 COLUMN_WIDTHS = (8, 12, 11)  # Metric, Mean Score, Pass Rate; Status takes the rest
@@ -28,7 +28,7 @@ def _plural(count: int, word: str) -> str:
     return f"{count} {word}{'' if count == 1 else 's'}"
 
 
-def scorecard_lines(report: SafeBatchReport) -> list[Text]:
+def scorecard_lines(report: SafeReport) -> list[Text]:
     """The boxed summary: title, label counts, per-metric table, composite."""
     distribution = report.label_distribution()
     total = len(report.cases)
@@ -78,7 +78,7 @@ def scorecard_lines(report: SafeBatchReport) -> list[Text]:
     return lines
 
 
-def case_table(report: SafeBatchReport) -> Table:
+def case_table(report: SafeReport) -> Table:
     """The per-case breakdown table (with a Model column when models differ)."""
     table = Table(box=box.SQUARE, show_edge=True, pad_edge=True)
     models = {case.model for case in report.cases}
@@ -103,7 +103,7 @@ def case_table(report: SafeBatchReport) -> Table:
     return table
 
 
-def top_issue_lines(report: SafeBatchReport, limit: int = 1) -> list[str]:
+def top_issue_lines(report: SafeReport, limit: int = 1) -> list[str]:
     """`CR Misses: "term" (N cases)` and the like, `limit` terms per metric."""
     misses = report.common_misses()
     lines = []
@@ -114,7 +114,7 @@ def top_issue_lines(report: SafeBatchReport, limit: int = 1) -> list[str]:
     return lines
 
 
-def render_scorecard(report: SafeBatchReport, console: Console, verbose: bool = False) -> None:
+def render_scorecard(report: SafeReport, console: Console, verbose: bool = False) -> None:
     """Print the scorecard, the per-case breakdown and the top issues."""
     for line in scorecard_lines(report):
         console.print(line, no_wrap=True, crop=False, overflow="ignore", highlight=False)
@@ -137,3 +137,136 @@ def render_scorecard(report: SafeBatchReport, console: Console, verbose: bool = 
                 highlight=False,
                 markup=False,
             )
+
+
+# ---------------------------------------------------------------- markdown
+
+
+def _cell(value: object) -> str:
+    return str(value).replace("|", "\\|").replace("\n", " ")
+
+
+def _table(header: list[str], rows: list[list[object]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(_cell(v) for v in row) + " |" for row in rows]
+    return lines
+
+
+def _pct(rate: float) -> str:
+    return f"{round(100 * rate)}%"
+
+
+def render_markdown(report: SafeReport) -> str:
+    """The whole report as GitHub-flavoured markdown."""
+    data = report.to_json()
+    summary = data["summary"]
+    total = summary["total_cases"]
+    lines = [
+        f"# SAFE v0 Scorecard - {data['concern_id'] or 'all'}",
+        "",
+        f"- Generated: {data['generated_at']}",
+        f"- Batch: {data['batch_id'] or '-'}",
+        f"- AH mode: {'strict' if data['config']['strict_ah'] else 'proportional'}",
+        "",
+        "## Summary",
+        "",
+        *_table(
+            ["Total", "Pass", "Review", "Fail", "Pass rate"],
+            [
+                [
+                    total,
+                    summary["pass"],
+                    summary["review"],
+                    summary["fail"],
+                    _pct(summary["overall_pass_rate"]),
+                ]
+            ],
+        ),
+        "",
+        "## Metrics",
+        "",
+        *_table(
+            ["Metric", "Mean Score", "Pass Rate", "Status"],
+            [
+                [s.metric, f"{s.mean:.2f}", _pct(s.pass_rate), s.status]
+                for s in report.metric_statuses()
+            ],
+        ),
+        "",
+        f"Composite: {data['mean_scores']['composite']:.2f}",
+        "",
+        "## By archetype",
+        "",
+        *_table(
+            ["Archetype", "Count", "Mean CR", "Mean AH", "Mean AC", "Pass rate"],
+            [
+                [
+                    name,
+                    group["count"],
+                    f"{group['mean_CR']:.2f}",
+                    f"{group['mean_AH']:.2f}",
+                    f"{group['mean_AC']:.2f}",
+                    _pct(group["pass_rate"]),
+                ]
+                for name, group in data["by_archetype"].items()
+            ],
+        ),
+        "",
+        "## Per-case breakdown",
+        "",
+        *_table(
+            ["Test ID", "Archetype", "CR", "AH", "AC", "Composite", "Label"],
+            [
+                [
+                    r["test_id"],
+                    r["archetype"],
+                    *(f"{r['scores'][m]:.2f}" for m in ("CR", "AH", "AC", "composite")),
+                    (r["label"] or "").upper(),
+                ]
+                for r in data["results"]
+            ],
+        ),
+        "",
+        "## Failure analysis",
+        "",
+        "### Worst performers",
+        "",
+        *_table(
+            ["Test ID", "Composite", "Label", "CR missing", "AH violations", "AC missing"],
+            [
+                [
+                    r["test_id"],
+                    f"{r['scores']['composite']:.2f}",
+                    r["label"],
+                    ", ".join(r["details"]["CR"]["missing"]) or "-",
+                    ", ".join(r["details"]["AH"]["violations"]) or "-",
+                    ", ".join(r["details"]["AC"]["missing"]) or "-",
+                ]
+                for r in data["failure_analysis"]["worst_performers"]
+            ],
+        ),
+    ]
+    analysis = data["failure_analysis"]
+    for title, key, term_key, count_key in (
+        ("Common CR misses", "common_CR_misses", "signal", "miss_count"),
+        ("Common AH violations", "common_AH_violations", "term", "count"),
+        ("Common AC misses", "common_AC_misses", "phrase", "miss_count"),
+    ):
+        lines += ["", f"### {title}", ""]
+        entries = analysis[key]
+        lines += [f"- {_cell(e[term_key])}: {e[count_key]}" for e in entries] or ["- none"]
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------- the batch report
+
+
+class SafeBatchReport(SafeReport):
+    """The SAFE report of `scorestream score` (a `BatchReport`): figures, JSON, and both
+    renderings."""
+
+    def render_console(self, console: Console, verbose: bool = False) -> None:
+        render_scorecard(self, console, verbose)
+
+    def to_markdown(self) -> str:
+        return render_markdown(self)
