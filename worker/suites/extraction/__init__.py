@@ -12,7 +12,7 @@ from worker.suites.extraction.aggregate import (
     ExtractionAggregator,
 )
 from worker.suites.extraction.batch import ExtractionBatchScorer, make_batch_scorer
-from worker.suites.extraction.report import ExtractionReport
+from worker.suites.extraction.render import ExtractionReport
 from worker.suites.extraction.scoring import ExtractionContext, load_context, score_case
 
 __all__ = [

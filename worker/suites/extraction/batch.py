@@ -8,7 +8,8 @@ from pydantic import ValidationError
 
 from schemas.envelope import ExtractionPayload
 from worker.suites.base import BatchItem, BatchOptions
-from worker.suites.extraction.report import CaseOutcome, ExtractionReport
+from worker.suites.extraction.render import ExtractionReport
+from worker.suites.extraction.report import CaseOutcome
 from worker.suites.extraction.scoring import ExtractionContext, load_context, score_case
 from worker.unknown_fields import with_unknown_fields
 
