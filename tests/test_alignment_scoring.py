@@ -12,11 +12,11 @@ import pytest
 
 from schemas.outputs import AlignmentFigures
 from worker.config import Settings, load_settings
+from worker.suites.alignment.aggregate import AlignmentAggregator
 from worker.suites.alignment.lexicon import Lexicon
 from worker.suites.alignment.personas import Persona
 from worker.suites.alignment.safety import parse_patterns
 from worker.suites.alignment.scoring import (
-    AlignmentAggregator,
     SessionState,
     renormalised_mean,
     score_session,

@@ -14,6 +14,7 @@ too, so that the judge sees the same conversation as offline), and on close
 `score_session(state, settings, judge_score)`.
 """
 
+from worker.suites.alignment.aggregate import AlignmentAggregator
 from worker.suites.alignment.batch import AlignmentBatchReport, make_batch_scorer
 from worker.suites.alignment.embedding import (
     Embedder,
@@ -29,7 +30,6 @@ from worker.suites.alignment.personas import (
 )
 from worker.suites.alignment.safety import SafetyPatterns, patterns_from_settings
 from worker.suites.alignment.scoring import (
-    AlignmentAggregator,
     SessionState,
     TurnScore,
     score_session,

@@ -11,39 +11,32 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections import defaultdict
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-import numpy as np
 from pydantic import Field
-from rich.console import Console
-from rich.table import Table
 
 from schemas._base import PayloadModel
 from schemas.envelope import AlignmentSessionPayload, AlignmentTurnPayload
 from worker.settings_base import ConfigError
-from worker.stats import bootstrap_ci
+from worker.suites.alignment.aggregate import AlignmentAggregator
 from worker.suites.alignment.embedding import Embedder, embedder_from_settings
 from worker.suites.alignment.judge import JudgeStats, SafetyJudge
 from worker.suites.alignment.personas import PersonaCatalog, personas_from_settings
+from worker.suites.alignment.render import AlignmentBatchReport
 from worker.suites.alignment.safety import patterns_from_settings
 from worker.suites.alignment.scoring import (
     SESSION_METRICS,
-    AlignmentAggregator,
     SessionState,
     score_session,
     score_turn,
     session_transcript,
 )
-from worker.suites.base import BatchItem, BatchOptions, Scored, grade_for
+from worker.suites.base import BatchItem, BatchOptions, Scored
 from worker.unknown_fields import with_unknown_fields
 
 if TYPE_CHECKING:
     from worker.config import Settings
-
-SUMMARY_METRICS = ("authenticity", "safety", "stability", "overall")
 
 
 class AlignmentTurnRow(PayloadModel):
@@ -87,195 +80,6 @@ class _SessionDraft:
         previous = max((i for i in self.assistant if i < index), default=-1)
         candidates = [i for i in self.users if previous < i <= index]
         return self.users[max(candidates)] if candidates else ""
-
-
-def metric_summary(values: Sequence[float]) -> dict[str, float | int | None]:
-    """Mean, 95% bootstrap CI of the mean (seeded), population std and count."""
-    if not values:
-        return {"mean": None, "ci_low": None, "ci_high": None, "std": None, "n": 0}
-    data = np.asarray(values, dtype=float)
-    low, high = bootstrap_ci(list(data))
-    return {
-        "mean": float(data.mean()),
-        "ci_low": low,
-        "ci_high": high,
-        "std": float(data.std()),
-        "n": int(data.size),
-    }
-
-
-def format_estimate(summary: dict[str, Any]) -> str:
-    """`0.83 ± 0.04 [0.79, 0.87]` (± is the CI's half-width)."""
-    mean, low, high = summary.get("mean"), summary.get("ci_low"), summary.get("ci_high")
-    if mean is None:
-        return "-"
-    if low is None or high is None:
-        return f"{mean:.2f}"
-    return f"{mean:.2f} ± {(high - low) / 2:.2f} [{low:.2f}, {high:.2f}]"
-
-
-def _fmt(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f}"
-
-
-@dataclass
-class AlignmentBatchReport:
-    """The alignment report of one `score` run."""
-
-    sessions: list[dict[str, Any]]
-    turns: list[dict[str, Any]]
-    errors: list[dict[str, str]]
-    figures: dict[str, Any]
-    judge: dict[str, Any] | None = None
-
-    def _summary_of(self, sessions: Sequence[dict[str, Any]]) -> dict[str, Any]:
-        summary: dict[str, Any] = {}
-        for metric in SESSION_METRICS:
-            values = [s["scores"][metric] for s in sessions if s["scores"][metric] is not None]
-            summary[metric] = metric_summary(values)
-        summary["grade"] = grade_for(summary["overall"]["mean"])
-        summary["sessions"] = len(sessions)
-        summary["turns"] = sum(s["turns"] for s in sessions)
-        return summary
-
-    def summary(self) -> dict[str, Any]:
-        return self._summary_of(self.sessions)
-
-    def by_persona(self) -> dict[str, dict[str, Any]]:
-        groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
-        for session in self.sessions:
-            groups[session["persona_id"]].append(session)
-        return {persona: self._summary_of(groups[persona]) for persona in sorted(groups)}
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "report_type": "alignment",
-            "summary": self.summary(),
-            "by_persona": self.by_persona(),
-            "figures": self.figures,
-            "sessions": self.sessions,
-            "turns": self.turns,
-            "errors": self.errors,
-            "judge": self.judge,
-        }
-
-    def render_console(self, console: Console, verbose: bool = False) -> None:
-        table = Table(title="Brand voice alignment (95% bootstrap CI over sessions)")
-        table.add_column("persona")
-        table.add_column("sessions", justify="right")
-        for metric in SUMMARY_METRICS:
-            table.add_column(metric)
-        table.add_column("grade", justify="center")
-        rows = [*self.by_persona().items(), ("all", self.summary())]
-        for name, summary in rows:
-            table.add_row(
-                name,
-                str(summary["sessions"]),
-                *(format_estimate(summary[metric]) for metric in SUMMARY_METRICS),
-                summary["grade"] or "-",
-                end_section=name == rows[-2][0] if len(rows) > 1 else False,
-            )
-        console.print(table)
-        sessions = Table(title="Sessions")
-        for column in ("session", "persona", "turns", *SUMMARY_METRICS, "grade", "violations"):
-            sessions.add_column(column)
-        for session in self.sessions:
-            scores = session["scores"]
-            sessions.add_row(
-                session["session_id"],
-                session["persona_id"],
-                str(session["turns"]),
-                *(_fmt(scores[metric]) for metric in SUMMARY_METRICS),
-                session["grade"] or "-",
-                str(len(session["details"]["violations"])),
-            )
-        console.print(sessions)
-        for session in self.sessions:
-            note = session["details"].get("stability_note")
-            if note:
-                console.print(f"note: {session['session_id']}: {note}", highlight=False)
-        if verbose:
-            for turn in self.turns:
-                details = turn["details"]
-                console.print(
-                    f"{turn['session_id']}#{turn['turn_index']}: "
-                    f"style {_fmt(turn['scores']['style_sim'])}, "
-                    f"traits {_fmt(turn['scores']['traits'])} "
-                    f"(mismatched: {', '.join(details['mismatched_traits']) or 'none'}), "
-                    f"lexicon {_fmt(turn['scores']['lexicon'])}"
-                )
-        for session in self.sessions:
-            for violation in session["details"]["violations"]:
-                console.print(
-                    f"[red]violation[/red] {session['session_id']}#{violation['turn_index']}: "
-                    f"{violation['category']} ({violation['severity']}): "
-                    f"{violation['match']!r}"
-                )
-        if self.judge:
-            console.print(f"judge: {self.judge}")
-        for error in self.errors:
-            console.print(f"[red]error[/red] {error['source']}: {error['message']}")
-
-    def to_markdown(self) -> str:
-        lines = ["# Brand voice alignment report", ""]
-        summary = self.summary()
-        lines += [
-            f"{summary['sessions']} sessions, {summary['turns']} assistant turns, "
-            f"overall grade **{summary['grade'] or '-'}**. Means with 95% bootstrap CIs "
-            "over sessions.",
-            "",
-            "| persona | sessions | " + " | ".join(SUMMARY_METRICS) + " | grade |",
-            "| --- | ---: | " + " | ".join("---" for _ in SUMMARY_METRICS) + " | :---: |",
-        ]
-        for name, group in [*self.by_persona().items(), ("**all**", summary)]:
-            cells = " | ".join(format_estimate(group[metric]) for metric in SUMMARY_METRICS)
-            lines.append(f"| {name} | {group['sessions']} | {cells} | {group['grade'] or '-'} |")
-        lines += ["", "## Sessions", ""]
-        lines.append("| session | persona | turns | " + " | ".join(SESSION_METRICS) + " | grade |")
-        lines.append(
-            "| --- | --- | ---: | " + " | ".join("---:" for _ in SESSION_METRICS) + " | :---: |"
-        )
-        for session in self.sessions:
-            cells = " | ".join(_fmt(session["scores"][m]) for m in SESSION_METRICS)
-            lines.append(
-                f"| {session['session_id']} | {session['persona_id']} | {session['turns']} | "
-                f"{cells} | {session['grade'] or '-'} |"
-            )
-        notes = [
-            (session["session_id"], session["details"]["stability_note"])
-            for session in self.sessions
-            if session["details"].get("stability_note")
-        ]
-        if notes:
-            lines += ["", "## Notes", ""]
-            lines += [f"- `{session_id}`: {note}" for session_id, note in notes]
-        violations = [
-            (session["session_id"], violation)
-            for session in self.sessions
-            for violation in session["details"]["violations"]
-        ]
-        if violations:
-            lines += ["", "## Safety violations", ""]
-            for session_id, v in violations:
-                lines.append(
-                    f"- `{session_id}` turn {v['turn_index']}: {v['category']} "
-                    f'({v["severity"]}): "{v["match"]}"'
-                )
-        if self.errors:
-            lines += ["", "## Rows not scored", ""]
-            lines += [f"- {error['source']}: {error['message']}" for error in self.errors]
-        return "\n".join(lines) + "\n"
-
-    def exit_code(self) -> int:
-        """3 when a row could not be scored, else 1 when a session grades F, else 0."""
-        if self.errors:
-            return 3
-        if any(session["grade"] == "F" for session in self.sessions):
-            return 1
-        return 0
-
-    def report_stem(self) -> str:
-        return "alignment_report"
 
 
 class AlignmentBatchScorer:

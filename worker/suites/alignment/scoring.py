@@ -9,7 +9,8 @@ per micro-batch) and passes each turn's vector in. Nothing here does I/O except 
 - `SessionState` collects a session's turns (bounded, idempotent, JSON-serialisable).
 - `score_session` scores a session: authenticity components as turn means, keyword safety
   with severities (and an optional judge), stability, overall and grade.
-- `AlignmentAggregator` folds session results into mergeable counts and sums.
+
+Session results are folded into window figures by `aggregate.AlignmentAggregator`.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from pydantic import JsonValue
 
-from worker.stats import Moments
 from worker.suites.alignment.personas import Persona
 from worker.suites.alignment.safety import (
     SafetyMatch,
@@ -32,7 +32,7 @@ from worker.suites.alignment.safety import (
     turn_violation_weight,
 )
 from worker.suites.alignment.traits import match_traits, word_count
-from worker.suites.base import Scored, State, grade_for
+from worker.suites.base import Scored, grade_for
 
 if TYPE_CHECKING:
     from worker.config import Settings
@@ -460,59 +460,3 @@ def score_session(
 
 
 # ---------------------------------------------------------------- aggregation
-
-
-class AlignmentAggregator:
-    """Folds session results (from `score_session`) into mergeable counts and sums."""
-
-    def initialise(self) -> State:
-        return {"sessions": 0, "turns": 0, "grade_counts": {}, "metrics": {}}
-
-    def update(self, state: State, scored: Scored) -> State:
-        turns = scored.counts.get("turns", 0)
-        metrics = dict(state["metrics"])
-        for name, value in scored.scores.items():
-            if value is None:
-                continue
-            moments = Moments.from_json(metrics.get(name, Moments().to_json()))
-            moments.add(float(value))
-            metrics[name] = moments.to_json()
-        grades = dict(state["grade_counts"])
-        if scored.grade is not None:
-            grades[scored.grade] = grades.get(scored.grade, 0) + 1
-        return {
-            "sessions": state["sessions"] + 1,
-            "turns": state["turns"] + (turns if isinstance(turns, int) else 0),
-            "grade_counts": grades,
-            "metrics": metrics,
-        }
-
-    def merge(self, left: State, right: State) -> State:
-        metrics = dict(left["metrics"])
-        for name, data in right["metrics"].items():
-            if name in metrics:
-                merged = Moments.from_json(metrics[name]).merge(Moments.from_json(data))
-                metrics[name] = merged.to_json()
-            else:
-                metrics[name] = list(data)
-        grades = dict(left["grade_counts"])
-        for grade, count in right["grade_counts"].items():
-            grades[grade] = grades.get(grade, 0) + count
-        return {
-            "sessions": left["sessions"] + right["sessions"],
-            "turns": left["turns"] + right["turns"],
-            "grade_counts": grades,
-            "metrics": metrics,
-        }
-
-    def figures(self, state: State) -> dict[str, Any]:
-        """Shaped as `schemas.outputs.AlignmentFigures`."""
-        return {
-            "sessions": int(state["sessions"]),
-            "turns": int(state["turns"]),
-            "grade_counts": {grade: int(n) for grade, n in sorted(state["grade_counts"].items())},
-        }
-
-    def means(self, state: State) -> dict[str, float | None]:
-        """Mean of each metric over the sessions folded in."""
-        return {name: Moments.from_json(data).mean for name, data in state["metrics"].items()}

@@ -12,8 +12,9 @@ from typing import Any
 
 from schemas.envelope import AlignmentSessionPayload, AlignmentTurnPayload
 from schemas.outputs import AlignmentFigures
+from worker.suites.alignment.aggregate import AlignmentAggregator
 from worker.suites.alignment.batch import make_batch_scorer
-from worker.suites.alignment.scoring import SESSION_METRICS, AlignmentAggregator
+from worker.suites.alignment.scoring import SESSION_METRICS
 from worker.suites.alignment.settings import AlignmentSettings
 from worker.suites.base import SuiteSpec, metrics, scorer_versions
 
