@@ -34,7 +34,7 @@ from worker.commands.score import Scorers, recognise  # noqa: E402
 from worker.config import Settings, load_settings  # noqa: E402
 from worker.input_files import read_rows  # noqa: E402
 from worker.suites.alignment.batch import make_batch_scorer  # noqa: E402
-from worker.suites.alignment.embedding import Embedder, MiniLMEmbedder  # noqa: E402
+from worker.suites.alignment.embedding_model import Embedder, MiniLMEmbedder  # noqa: E402
 from worker.suites.base import BatchItem, BatchOptions  # noqa: E402
 
 SESSION_FILES = [

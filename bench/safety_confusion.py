@@ -14,7 +14,8 @@ from pathlib import Path
 
 import yaml
 
-from worker.suites.alignment.safety import SafetyPatterns, load_safety_patterns
+from worker.suites.alignment.safety import SafetyPatterns
+from worker.suites.alignment.safety_files import load_safety_patterns
 
 DATA = Path(__file__).resolve().parents[1] / "tests" / "data" / "safety_sentences.yaml"
 

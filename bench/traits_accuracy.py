@@ -17,7 +17,7 @@ from pathlib import Path
 
 import yaml
 
-from worker.suites.alignment.embedding import MiniLMEmbedder
+from worker.suites.alignment.embedding_model import MiniLMEmbedder
 from worker.suites.alignment.trait_model import (
     CLASSIFIED_TRAITS,
     load_trait_sentences,

@@ -12,7 +12,7 @@ import pytest
 from tests.streamkit import make_config, settings_of
 from worker.scoring_suites import ScoringSuites as Engines
 from worker.stream import ScorestreamApp
-from worker.suites.alignment.embedding import HashingEmbedder
+from worker.suites.alignment.embedding_model import HashingEmbedder
 from worker.suites.alignment.scoring import SessionState
 
 SAFE_CASE = b'{"id": "c1", "suite": "safe", "model": "m1", "payload": {"output": {"summary": "x"}}}'

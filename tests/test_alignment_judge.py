@@ -15,8 +15,8 @@ import pytest
 from schemas.envelope import AlignmentTurnPayload
 from worker.config import JudgeSettings, load_settings
 from worker.suites.alignment import make_batch_scorer
-from worker.suites.alignment.embedding import HashingEmbedder
-from worker.suites.alignment.judge import JudgeAnswerError, SafetyJudge, parse_judge_answer
+from worker.suites.alignment.embedding_model import HashingEmbedder
+from worker.suites.alignment.judge_client import JudgeAnswerError, SafetyJudge, parse_judge_answer
 from worker.suites.alignment.scoring import SessionState, score_turn, session_transcript
 from worker.suites.base import BatchItem, BatchOptions
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from worker.config import Settings, load_settings
-from worker.suites.alignment.embedding import MiniLMEmbedder
+from worker.suites.alignment.embedding_model import MiniLMEmbedder
 from worker.suites.alignment.personas import PersonaCatalog, default_personas_dir, load_personas
 from worker.suites.alignment.scoring import SessionState, score_session, score_turn
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from worker.config import ConfigError, load_settings
-from worker.suites.alignment.embedding import HashingEmbedder
+from worker.suites.alignment.embedding_model import HashingEmbedder
 from worker.suites.alignment.personas import (
     PersonaCatalog,
     default_personas_dir,

@@ -12,11 +12,10 @@ from worker.suites.alignment.negation import is_protected
 from worker.suites.alignment.safety import (
     SEVERITIES,
     keyword_safety,
-    load_safety_patterns,
     parse_patterns,
-    patterns_from_settings,
     turn_violation_weight,
 )
+from worker.suites.alignment.safety_files import load_safety_patterns, patterns_from_settings
 
 SHIPPED = load_safety_patterns()
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from worker.suites.alignment.embedding import HashingEmbedder, MiniLMEmbedder
+from worker.suites.alignment.embedding_model import HashingEmbedder, MiniLMEmbedder
 from worker.suites.alignment.personas import PersonaCatalog, default_personas_dir, load_personas
 from worker.suites.alignment.trait_model import (
     CLASSIFIED_TRAITS,

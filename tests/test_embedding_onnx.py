@@ -19,7 +19,7 @@ from tests.embedding_texts import varied_texts
 from worker.config import ConfigError, Settings, load_settings
 from worker.scoring_suites import ScoringSuites as Engines
 from worker.suites.alignment.batch import make_batch_scorer
-from worker.suites.alignment.embedding import MiniLMEmbedder
+from worker.suites.alignment.embedding_model import MiniLMEmbedder
 from worker.suites.base import BatchOptions
 
 REPO = Path(__file__).resolve().parents[1]

@@ -9,7 +9,8 @@ import pytest
 
 from worker.config import ConfigError
 from worker.suites.extraction.parsing import parse_response
-from worker.suites.extraction.schema import check_compliance, load_schema
+from worker.suites.extraction.schema import check_compliance
+from worker.suites.extraction.schema_files import load_schema
 
 SCHEMA = {
     "质押": frozenset({"质押方", "质权方"}),

@@ -31,7 +31,7 @@ from worker import input_records as intake
 from worker.broker import EmbeddedBroker
 from worker.config import LimitsSettings
 from worker.scoring_suites import ScoringSuites as Engines
-from worker.suites.alignment.embedding import HashingEmbedder
+from worker.suites.alignment.embedding_model import HashingEmbedder
 
 REASONS = {
     intake.OVERSIZED,

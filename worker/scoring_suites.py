@@ -19,9 +19,10 @@ from schemas.outputs import Versions
 from worker.config import Settings
 from worker.rejections import UNKNOWN_PERSONA, UNKNOWN_SUITE, Rejected
 from worker.suites import registry
-from worker.suites.alignment.embedding import Embedder, embedder_from_settings
+from worker.suites.alignment.embedding_model import Embedder, embedder_from_settings
 from worker.suites.alignment.personas import PersonaCatalog
-from worker.suites.alignment.safety import SafetyPatterns, patterns_from_settings
+from worker.suites.alignment.safety import SafetyPatterns
+from worker.suites.alignment.safety_files import patterns_from_settings
 from worker.suites.alignment.scoring import (
     SessionState,
     TurnScore,

@@ -39,7 +39,7 @@ from worker.stream.scoring import ScoreStage
 from worker.stream.seek_guard import guard_seek
 from worker.stream.sessions import SessionStage
 from worker.stream.windows import WindowStage
-from worker.suites.alignment.judge import SafetyJudge
+from worker.suites.alignment.judge_client import SafetyJudge
 from worker.telemetry import Telemetry
 
 log = logging.getLogger("scorestream")

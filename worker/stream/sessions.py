@@ -29,7 +29,7 @@ from worker.eventtime import Marker, Watermark
 from worker.stream.context import StreamContext, event_context
 from worker.stream.publish import OutputTooLarge, marker_of
 from worker.stream.scoring import INPUT_GROUP, observe
-from worker.suites.alignment.judge import SafetyJudge
+from worker.suites.alignment.judge_client import SafetyJudge
 from worker.suites.alignment.scoring import SessionState, session_transcript, turn_scored
 from worker.suites.base import Scored
 from worker.unknown_fields import unknown_fields, with_unknown_fields

@@ -16,7 +16,7 @@ too, so that the judge sees the same conversation as offline), and on close
 
 from worker.suites.alignment.aggregate import AlignmentAggregator
 from worker.suites.alignment.batch import AlignmentBatchReport, make_batch_scorer
-from worker.suites.alignment.embedding import (
+from worker.suites.alignment.embedding_model import (
     Embedder,
     HashingEmbedder,
     MiniLMEmbedder,
@@ -28,7 +28,8 @@ from worker.suites.alignment.personas import (
     load_personas,
     personas_from_settings,
 )
-from worker.suites.alignment.safety import SafetyPatterns, patterns_from_settings
+from worker.suites.alignment.safety import SafetyPatterns
+from worker.suites.alignment.safety_files import patterns_from_settings
 from worker.suites.alignment.scoring import (
     SessionState,
     TurnScore,

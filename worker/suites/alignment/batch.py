@@ -20,11 +20,11 @@ from schemas._base import PayloadModel
 from schemas.envelope import AlignmentSessionPayload, AlignmentTurnPayload
 from worker.settings_base import ConfigError
 from worker.suites.alignment.aggregate import AlignmentAggregator
-from worker.suites.alignment.embedding import Embedder, embedder_from_settings
-from worker.suites.alignment.judge import JudgeStats, SafetyJudge
+from worker.suites.alignment.embedding_model import Embedder, embedder_from_settings
+from worker.suites.alignment.judge_client import JudgeStats, SafetyJudge
 from worker.suites.alignment.personas import PersonaCatalog, personas_from_settings
 from worker.suites.alignment.render import AlignmentBatchReport
-from worker.suites.alignment.safety import patterns_from_settings
+from worker.suites.alignment.safety_files import patterns_from_settings
 from worker.suites.alignment.scoring import (
     SESSION_METRICS,
     SessionState,

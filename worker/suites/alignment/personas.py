@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from worker.settings_base import ConfigError
-from worker.suites.alignment.embedding import MiniLMEmbedder
+from worker.suites.alignment.embedding_model import MiniLMEmbedder
 from worker.suites.alignment.lexicon import Lexicon
 from worker.suites.alignment.trait_model import TraitClassifier, train_trait_classifier
 from worker.suites.alignment.traits import TRAIT_VALUES
@@ -34,7 +34,7 @@ from worker.yaml_files import read_yaml
 
 if TYPE_CHECKING:
     from worker.config import Settings
-    from worker.suites.alignment.embedding import Embedder
+    from worker.suites.alignment.embedding_model import Embedder
 
 _TOP_LEVEL_KEYS = {
     "id",

@@ -28,9 +28,9 @@ from worker.suites.alignment.safety import (
     SafetyMatch,
     SafetyPatterns,
     keyword_safety,
-    patterns_from_settings,
     turn_violation_weight,
 )
+from worker.suites.alignment.safety_files import patterns_from_settings
 from worker.suites.alignment.traits import match_traits, word_count
 from worker.suites.base import Scored, grade_for
 

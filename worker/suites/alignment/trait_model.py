@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from worker.suites.alignment.embedding import Embedder
+from worker.suites.alignment.embedding_model import Embedder
 
 TRAIT_SENTENCES = Path(__file__).resolve().parents[2] / "data" / "trait_sentences.yaml"
 CLASSIFIED_TRAITS = ("formality", "tone")

@@ -13,7 +13,8 @@ from worker.suites.extraction.aggregate import (
 )
 from worker.suites.extraction.batch import ExtractionBatchScorer, make_batch_scorer
 from worker.suites.extraction.render import ExtractionReport
-from worker.suites.extraction.scoring import ExtractionContext, load_context, score_case
+from worker.suites.extraction.schema_files import load_context
+from worker.suites.extraction.scoring import ExtractionContext, score_case
 
 __all__ = [
     "COUNTER_NAMES",

@@ -10,7 +10,8 @@ from schemas.envelope import ExtractionPayload
 from worker.suites.base import BatchItem, BatchOptions
 from worker.suites.extraction.render import ExtractionReport
 from worker.suites.extraction.report import CaseOutcome
-from worker.suites.extraction.scoring import ExtractionContext, load_context, score_case
+from worker.suites.extraction.schema_files import load_context
+from worker.suites.extraction.scoring import ExtractionContext, score_case
 from worker.unknown_fields import with_unknown_fields
 
 if TYPE_CHECKING:

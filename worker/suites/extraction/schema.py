@@ -1,6 +1,5 @@
-"""DuEE-Fin event schemas and the per-case schema compliance check.
-
-`load_schema` is the only function of the suite that reads files.
+"""DuEE-Fin event schemas (parsed from their JSONL lines) and the per-case schema
+compliance check. Pure: the schema files are read by `schema_files`.
 """
 
 from __future__ import annotations
@@ -8,7 +7,6 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Literal
 
 from worker.settings_base import ConfigError
@@ -43,17 +41,6 @@ def schema_from_lines(lines: list[str], origin: str) -> dict[str, frozenset[str]
         known = roles.setdefault(entry["event_type"], set())
         known.update(item["role"] for item in role_list)
     return {event_type: frozenset(names) for event_type, names in roles.items()}
-
-
-def load_schema(path: str | Path) -> dict[str, frozenset[str]]:
-    """Read a DuEE-Fin JSONL schema file; `ConfigError` naming the file when unreadable."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise ConfigError(f"cannot read event schema file {path}: {reason}") from exc
-    return schema_from_lines(text.splitlines(), str(path))
 
 
 @dataclass(frozen=True)

@@ -21,13 +21,13 @@ from worker.suites.extraction.matching import (
     type_counts,
 )
 from worker.suites.extraction.parsing import NO_JSON_FOUND, ParseResult, parse_response
-from worker.suites.extraction.schema import Compliance, EventSchema, check_compliance, load_schema
+from worker.suites.extraction.schema import Compliance, EventSchema, check_compliance
 from worker.suites.extraction.settings import ExtractionSettings
 
 
 @dataclass(frozen=True)
 class ExtractionContext:
-    """Settings and loaded event schemas; build once with `load_context`."""
+    """Settings and loaded event schemas; build once with `schema_files.load_context`."""
 
     settings: ExtractionSettings = field(default_factory=ExtractionSettings)
     schemas: Mapping[str, EventSchema] = field(default_factory=dict)
@@ -44,12 +44,6 @@ class ExtractionContext:
             known = ", ".join(sorted(self.schemas)) or "none configured"
             raise ValueError(f"unknown event schema {chosen!r} (known: {known})")
         return chosen, self.schemas[chosen]
-
-
-def load_context(settings: ExtractionSettings) -> ExtractionContext:
-    """Read every configured schema file (`ConfigError` naming an unreadable file)."""
-    schemas = {name: load_schema(path) for name, path in settings.schemas.items()}
-    return ExtractionContext(settings=settings, schemas=schemas)
 
 
 def _match_fields(prefix: str, counts: MatchCounts) -> tuple[dict[str, float], dict[str, int]]:

@@ -16,7 +16,8 @@ from worker.suites.extraction.aggregate import (
     ExtractionAggregator,
 )
 from worker.suites.extraction.batch import make_batch_scorer
-from worker.suites.extraction.scoring import load_context, score_case
+from worker.suites.extraction.schema_files import load_context
+from worker.suites.extraction.scoring import score_case
 from worker.suites.extraction.settings import ExtractionSettings
 
 if TYPE_CHECKING:
