@@ -44,13 +44,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 from schemas.outputs import Aggregate, CaseResult, MetricSummary, WorstCase
-from worker.stats import Moments, Reservoir, bootstrap_ci, sample_key
+from worker.stats import DEFAULT_RESERVOIR_SIZE, Moments, Reservoir, bootstrap_ci, sample_key
 from worker.suites import registry
 from worker.suites.base import Scored, State, SuiteAggregator
 from worker.windows import WindowKey
 
 STATE_VERSION = 1
-DEFAULT_RESERVOIR_SIZE = 512
 DEFAULT_WORST_K = 5
 ALL_CASES = "all"
 UNKNOWN = "unknown"

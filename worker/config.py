@@ -38,6 +38,7 @@ from worker.settings_base import (
     format_duration,
     parse_duration,
 )
+from worker.stats import DEFAULT_RESERVOIR_SIZE
 from worker.suites import registry
 from worker.suites.alignment.settings import (
     AlignmentSettings,
@@ -270,7 +271,7 @@ class CoreSettings(BaseSettings):
     max_record_bytes: int = Field(default=1024 * 1024, ge=1)
     dlq_max_raw_bytes: int = Field(default=64 * 1024, ge=1)
     aggregate_emit_interval: Duration = 1.0
-    reservoir_size: int = Field(default=128, ge=2)
+    reservoir_size: int = Field(default=DEFAULT_RESERVOIR_SIZE, ge=2)
     embedding_batch_size: int = Field(default=64, ge=1)
     embedding_batch_wait: Duration = 0.05
     stream: StreamSettings = Field(default_factory=StreamSettings)

@@ -76,6 +76,11 @@ def sample_key(item_id: str) -> float:
     return int.from_bytes(digest, "big") / 2.0**64
 
 
+# Values a window keeps per metric for its bootstrap CI: the default of the `reservoir_size`
+# setting and of every window state built without one.
+DEFAULT_RESERVOIR_SIZE = 128
+
+
 @dataclass
 class Reservoir:
     """A uniform sample of at most `capacity` values, as a bottom-k sketch.
