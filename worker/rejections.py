@@ -28,20 +28,3 @@ class Rejected(Exception):
         super().__init__(message)
         self.reason = reason
         self.message = message
-
-
-__all__ = [
-    "FIELD_TOO_LARGE",
-    "INVALID_JSON",
-    "INVALID_RECORD",
-    "INVALID_TIMESTAMP",
-    "NOT_UTF8",
-    "OUTPUT_TOO_LARGE",
-    "OVERSIZED",
-    "POISON_PILL",
-    "SCORING_ERROR",
-    "UNKNOWN_PERSONA",
-    "UNKNOWN_SCHEMA",
-    "UNKNOWN_SUITE",
-    "Rejected",
-]

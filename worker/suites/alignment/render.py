@@ -8,6 +8,7 @@ from rich.table import Table
 
 from worker.suites.alignment.report import SUMMARY_METRICS, AlignmentReport, format_estimate
 from worker.suites.alignment.scoring import SESSION_METRICS
+from worker.suites.markdown import bullet_section
 
 
 def _fmt(value: float | None) -> str:
@@ -120,17 +121,13 @@ def render_markdown(report: AlignmentReport) -> str:
                 f'({v["severity"]}): "{v["match"]}"'
             )
     if report.errors:
-        lines += ["", "## Rows not scored", ""]
-        lines += [f"- {error['source']}: {error['message']}" for error in report.errors]
+        errors = (f"{error['source']}: {error['message']}" for error in report.errors)
+        lines += bullet_section("Rows not scored", errors)
     return "\n".join(lines) + "\n"
 
 
 class AlignmentBatchReport(AlignmentReport):
-    """The alignment report of `scorestream score` (a `BatchReport`): summaries, JSON and
-    both renderings."""
+    """The alignment `BatchReport` of `scorestream score`, drawn by this module."""
 
-    def render_console(self, console: Console, verbose: bool = False) -> None:
-        render_console(self, console, verbose)
-
-    def to_markdown(self) -> str:
-        return render_markdown(self)
+    render_console = render_console
+    to_markdown = render_markdown

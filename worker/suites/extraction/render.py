@@ -8,6 +8,7 @@ from rich.table import Table
 
 from worker.suites.extraction.aggregate import COT_RATE_NAMES, QUALITY_RATE_NAMES
 from worker.suites.extraction.report import ExtractionResults, detail_at
+from worker.suites.markdown import bullet_section
 
 
 def render_console(report: ExtractionResults, console: Console, verbose: bool = False) -> None:
@@ -159,19 +160,14 @@ def render_markdown(report: ExtractionResults) -> str:
     else:
         lines.append("CoT checks are disabled.")
     if report.failed:
-        lines += ["", "## Not scored", ""]
-        lines += [f"- `{o.id}` ({o.source}): {o.error}" for o in report.failed]
+        lines += bullet_section(
+            "Not scored", (f"`{o.id}` ({o.source}): {o.error}" for o in report.failed)
+        )
     return "\n".join(lines) + "\n"
 
 
 class ExtractionReport(ExtractionResults):
-    """The extraction report of `scorestream score` (a `BatchReport`): metrics, JSON and
-    both renderings."""
+    """The extraction `BatchReport` of `scorestream score`, drawn by this module."""
 
-    def render_console(self, console: Console, verbose: bool = False) -> None:
-        """Main table, parse / schema / hallucination figures, then CoT diagnostics."""
-        render_console(self, console, verbose)
-
-    def to_markdown(self) -> str:
-        """The report as a Markdown document."""
-        return render_markdown(self)
+    render_console = render_console
+    to_markdown = render_markdown

@@ -262,11 +262,7 @@ def render_markdown(report: SafeReport) -> str:
 
 
 class SafeBatchReport(SafeReport):
-    """The SAFE report of `scorestream score` (a `BatchReport`): figures, JSON, and both
-    renderings."""
+    """The SAFE `BatchReport` of `scorestream score`, drawn by this module."""
 
-    def render_console(self, console: Console, verbose: bool = False) -> None:
-        render_scorecard(self, console, verbose)
-
-    def to_markdown(self) -> str:
-        return render_markdown(self)
+    render_console = render_scorecard
+    to_markdown = render_markdown
