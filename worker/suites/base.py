@@ -165,6 +165,11 @@ def metrics(*names: str, lower_is_better: frozenset[str] = frozenset()) -> tuple
     return tuple(MetricInfo(name, higher_is_better=name not in lower_is_better) for name in names)
 
 
+def rate_values(rates: Mapping[str, float]) -> list[tuple[str, str, float]]:
+    """`(metric, "rate", value)` for each rate of a suite's figures."""
+    return [(metric, "rate", value) for metric, value in rates.items()]
+
+
 # A streaming case scorer: one payload in, one `Scored` out (raises `Rejected`).
 CaseScorer = Callable[[Any], Scored]
 # (metric, stat, value) series an aggregate's suite figures add to gates and telemetry.

@@ -4,7 +4,7 @@ the JSON report of `scorestream score`."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -87,22 +87,21 @@ class ExtractionResults:
         """How often each repair step was tried."""
         return _count_values(self.outcomes, "repair_steps")
 
-    def schema_violations(self) -> dict[str, int]:
-        """Non-compliant cases per first-violation reason."""
-        counter: Counter[str] = Counter()
+    def _details_at(self, *path: str) -> Iterator[Any]:
+        """The detail at `path` of every scored case, in order."""
         for outcome in self.scored:
             assert outcome.scored is not None
-            reason = detail_at(outcome.scored.details, "schema", "violation")
-            if isinstance(reason, str):
-                counter[reason] += 1
-        return dict(counter.most_common())
+            yield detail_at(outcome.scored.details, *path)
+
+    def schema_violations(self) -> dict[str, int]:
+        """Non-compliant cases per first-violation reason."""
+        reasons = self._details_at("schema", "violation")
+        return dict(Counter(reason for reason in reasons if isinstance(reason, str)).most_common())
 
     def hallucination_breakdown(self) -> dict[str, int]:
         """Unsupported arguments per `event_type|role`."""
         counter: Counter[str] = Counter()
-        for outcome in self.scored:
-            assert outcome.scored is not None
-            breakdown = detail_at(outcome.scored.details, "hallucination", "by_event_role")
+        for breakdown in self._details_at("hallucination", "by_event_role"):
             if isinstance(breakdown, Mapping):
                 counter.update({key: int(value) for key, value in breakdown.items()})
         return dict(counter.most_common())

@@ -8,7 +8,14 @@ from typing import TYPE_CHECKING, Any
 from schemas.envelope import ExtractionPayload
 from schemas.outputs import ExtractionFigures, Versions
 from worker.rejections import UNKNOWN_SCHEMA, Rejected
-from worker.suites.base import CaseScorer, Scored, SuiteSpec, metrics, scorer_versions
+from worker.suites.base import (
+    CaseScorer,
+    Scored,
+    SuiteSpec,
+    metrics,
+    rate_values,
+    scorer_versions,
+)
 from worker.suites.extraction.aggregate import (
     LOWER_IS_BETTER_RATES,
     RATE_NAMES,
@@ -48,11 +55,6 @@ def versions(settings: Settings) -> Versions:
     return scorer_versions(section.metrics_version, section.protocol_version)
 
 
-def figure_values(figures: ExtractionFigures) -> list[tuple[str, str, float]]:
-    """The micro-averaged rates (`stat="rate"`)."""
-    return [(metric, "rate", value) for metric, value in figures.metrics.items()]
-
-
 SPEC = SuiteSpec(
     name="extraction",
     report_type="extraction",
@@ -67,7 +69,7 @@ SPEC = SuiteSpec(
     aggregator=ExtractionAggregator,
     batch_scorer=make_batch_scorer,
     versions=versions,
-    figure_values=figure_values,
+    figure_values=lambda figures: rate_values(figures.metrics),  # micro-averaged rates
     scorecard=(
         ("strict F1", "figure", "strict_f1"),
         ("relaxed F1", "figure", "relaxed_f1"),

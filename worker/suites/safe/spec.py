@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from schemas.envelope import SafePayload
 from schemas.outputs import SafeFigures
-from worker.suites.base import CaseScorer, SuiteSpec, metrics, scorer_versions
+from worker.suites.base import CaseScorer, SuiteSpec, metrics, rate_values, scorer_versions
 from worker.suites.safe.aggregate import SafeAggregator
 from worker.suites.safe.batch import make_batch_scorer
 from worker.suites.safe.scoring import METRICS, score_case
@@ -28,11 +28,6 @@ def case_scorer(settings: Settings) -> CaseScorer:
     return lambda payload: score_case(payload, section)
 
 
-def figure_values(figures: SafeFigures) -> list[tuple[str, str, float]]:
-    """The per-metric pass rates (`stat="rate"`)."""
-    return [(metric, "rate", rate) for metric, rate in figures.pass_rates.items()]
-
-
 SPEC = SuiteSpec(
     name="safe",
     report_type="SAFE_v0",
@@ -47,7 +42,7 @@ SPEC = SuiteSpec(
     aggregator=SafeAggregator,
     batch_scorer=make_batch_scorer,
     versions=lambda settings: scorer_versions("SAFE_v0"),
-    figure_values=figure_values,
+    figure_values=lambda figures: rate_values(figures.pass_rates),  # per-metric pass rates
     scorecard=(
         ("composite", "mean", "composite"),
         ("CR", "mean", "CR"),
