@@ -12,6 +12,12 @@ then per micro-batch: `vectors = embedder.encode(texts)` (in an executor), and p
 too, so that the judge sees the same conversation as offline), and on close
 `judge.judge(session_transcript(state))` when a judge is configured and
 `score_session(state, settings, judge_score)`.
+
+Layout (as every suite): `spec.py` (what the registry knows), `settings.py` (its
+configuration section), `scoring.py` (pure), `aggregate.py`, `report.py`, `render.py`
+(console and Markdown), `batch.py` (`scorestream score`); at its edge,
+`embedding_model.py` / `onnx_minilm.py` (the model), `judge_client.py` (the HTTP judge),
+`personas.py` and `safety_files.py` (YAML files).
 """
 
 from worker.suites.alignment.aggregate import AlignmentAggregator

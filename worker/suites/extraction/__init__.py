@@ -3,6 +3,11 @@
 Streaming use: build `ctx = load_context(settings.extraction)` once at start, then
 `score_case(payload, ctx) -> Scored` per case and fold with `ExtractionAggregator`.
 Offline use: `make_batch_scorer(settings, options)`.
+
+Layout (as every suite): `spec.py` (what the registry knows), `settings.py` (its
+configuration section), `scoring.py` (pure), `aggregate.py`, `report.py`, `render.py`
+(console and Markdown), `batch.py` (`scorestream score`); the schema files
+are read by `schema_files.py`.
 """
 
 from worker.suites.extraction.aggregate import (

@@ -2,6 +2,10 @@
 
 Pure scoring (`score_case`), mergeable aggregation (`SafeAggregator`) and the offline
 batch report (`make_batch_scorer`). No I/O, no Kafka.
+
+Layout (as every suite): `spec.py` (what the registry knows), `settings.py` (its
+configuration section), `scoring.py` (pure), `aggregate.py`, `report.py`, `render.py`
+(console and Markdown), `batch.py` (`scorestream score`).
 """
 
 from worker.suites.safe.aggregate import SafeAggregator

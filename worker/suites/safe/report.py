@@ -1,4 +1,5 @@
-"""The SAFE v0 batch report (seed 004 sections 4.2 and 5.1): JSON, console, markdown."""
+"""What the SAFE v0 batch report says (seed 004 sections 4.2 and 5.1): per-case results,
+figures, metric statuses and the JSON report; `render.py` draws it."""
 
 from __future__ import annotations
 
