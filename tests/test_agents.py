@@ -10,7 +10,7 @@ import orjson
 import pytest
 
 from tests.streamkit import make_config, settings_of
-from worker.scoring_suites import ScoringSuites as Engines
+from worker.scoring_suites import ScoringSuites
 from worker.stream import ScorestreamApp
 from worker.suites.alignment.embedding_model import HashingEmbedder
 from worker.suites.alignment.scoring import SessionState
@@ -24,7 +24,7 @@ class Harness:
     def __init__(self, **config: Any) -> None:
         # No broker: the poison-pill guard's durable in-flight marks need one.
         settings = settings_of(make_config(**{"limits": {"poison_pill_attempts": 0}, **config}))
-        engines = Engines.load(settings, HashingEmbedder())
+        engines = ScoringSuites.load(settings, HashingEmbedder())
         self.scorer = ScorestreamApp(settings, "kafka://127.0.0.1:1", engines=engines)
         self.sent: list[tuple[str, str, Any]] = []
         self.scorer.publisher.send = self._record  # type: ignore[method-assign]

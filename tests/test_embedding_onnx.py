@@ -17,7 +17,7 @@ import pytest
 
 from tests.embedding_texts import varied_texts
 from worker.config import ConfigError, Settings, load_settings
-from worker.scoring_suites import ScoringSuites as Engines
+from worker.scoring_suites import ScoringSuites
 from worker.suites.alignment.batch import make_batch_scorer
 from worker.suites.alignment.embedding_model import MiniLMEmbedder
 from worker.suites.base import BatchOptions
@@ -138,14 +138,14 @@ def test_a_missing_onnxruntime_falls_back_to_torch(
 @model
 def test_the_worker_and_score_use_the_configured_default(cache_dir: Path, tmp_path: Path) -> None:
     settings = settings_with(cache_dir, tmp_path)
-    engines = Engines.load(settings)
+    engines = ScoringSuites.load(settings)
     engines.warm_up()
     scorer = make_batch_scorer(settings, BatchOptions())
     scorer.embedder.encode(["hello"])
     for embedder in (engines.embedder, scorer.embedder):
         assert isinstance(embedder, MiniLMEmbedder) and embedder.backend == "onnx"
     torch_settings = settings_with(cache_dir, tmp_path, backend="torch")
-    torch_engines = Engines.load(torch_settings)
+    torch_engines = ScoringSuites.load(torch_settings)
     torch_engines.warm_up()
     assert isinstance(torch_engines.embedder, MiniLMEmbedder)
     assert torch_engines.embedder.backend == "torch"

@@ -30,7 +30,7 @@ from tests.streamkit import (
 from worker import input_records as intake
 from worker.broker import EmbeddedBroker
 from worker.config import LimitsSettings
-from worker.scoring_suites import ScoringSuites as Engines
+from worker.scoring_suites import ScoringSuites
 from worker.suites.alignment.embedding_model import HashingEmbedder
 
 REASONS = {
@@ -49,11 +49,11 @@ NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 @pytest.fixture(scope="module")
-def engines() -> Engines:
-    return Engines.load(settings_of(make_config()), embedder=HashingEmbedder())
+def engines() -> ScoringSuites:
+    return ScoringSuites.load(settings_of(make_config()), embedder=HashingEmbedder())
 
 
-def outcome(engines: Engines, raw: bytes) -> str:
+def outcome(engines: ScoringSuites, raw: bytes) -> str:
     """What the worker does with `raw`: "result" or the dead-letter reason."""
     try:
         record = intake.decode_record(raw, 1 << 20, LIMITS)
@@ -207,7 +207,7 @@ FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCh
 @FUZZ
 @given(ENVELOPES)
 def test_any_envelope_is_a_result_or_a_dead_letter_with_a_reason(
-    engines: Engines, data: dict[str, Any]
+    engines: ScoringSuites, data: dict[str, Any]
 ) -> None:
     outcome(engines, orjson.dumps(data))
 
@@ -215,12 +215,12 @@ def test_any_envelope_is_a_result_or_a_dead_letter_with_a_reason(
 @FUZZ
 @given(st.binary(max_size=300) | JSON.map(orjson.dumps))
 def test_any_bytes_are_a_result_or_a_dead_letter_with_a_reason(
-    engines: Engines, raw: bytes
+    engines: ScoringSuites, raw: bytes
 ) -> None:
     assert outcome(engines, raw) != "result" or raw.startswith(b"{")
 
 
-def test_hostile_shapes_have_their_reasons(engines: Engines) -> None:
+def test_hostile_shapes_have_their_reasons(engines: ScoringSuites) -> None:
     deep = b"[" * 100_000 + b"]" * 100_000
     good = (EXAMPLES / "safe" / "envelopes.jsonl").read_bytes().splitlines()[0]
     assert outcome(engines, good) == "result"

@@ -2,8 +2,8 @@
 message or a dead letter out.
 
 `validate_record` is the one validator of envelopes (the `score` command's files use it
-too). No Kafka here: the streaming agents pass bytes and their source position in, and send what
-comes out. Every failure has a `reason` (the dead letter's `error.type` and the
+too). No Kafka here: the streaming agents pass bytes and their source position in, and
+send what comes out. Every failure has a `reason` (the dead letter's `error.type` and the
 `scorestream_dead_letters_total{reason}` label).
 """
 
