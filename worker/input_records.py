@@ -119,25 +119,54 @@ def check_limits(data: Mapping[str, object], limits: LimitsSettings) -> None:
 
 
 def _check_payload_sizes(payload: object, limits: LimitsSettings) -> None:
-    stack: list[tuple[str, object]] = [("payload", payload)]
+    """Every string, list and field name in `payload`, depth first (the last field first),
+    against its bound. A path is spelled out only for the field that is over its bound,
+    and values that cannot be (numbers, strings too short) are not visited."""
+    text_chars = limits.text_bytes // 4  # UTF-8 takes at most 4 bytes a character
+    key_chars = limits.label_key_bytes // 4
+    stack: list[tuple[object, object]] = [("payload", payload)]
     while stack:
         where, value = stack.pop()
         if isinstance(value, str):
             if (size := _utf8_size(value)) > limits.text_bytes:
-                raise _too_large(where, size, limits.text_bytes, "text_bytes")
+                raise _too_large(_path(where), size, limits.text_bytes, "text_bytes")
         elif isinstance(value, list):
             if len(value) > limits.list_items:
-                raise _too_large(where, len(value), limits.list_items, "list_items", "items")
-            stack.extend((f"{where}.{index}", item) for index, item in enumerate(value))
+                raise _too_large(_path(where), len(value), limits.list_items, "list_items", "items")
+            for index, item in enumerate(value):
+                if _may_exceed(item, text_chars):
+                    stack.append(((where, index), item))
         elif isinstance(value, dict):
             if len(value) > limits.list_items:
-                raise _too_large(where, len(value), limits.list_items, "list_items", "fields")
+                raise _too_large(
+                    _path(where), len(value), limits.list_items, "list_items", "fields"
+                )
             for key, item in value.items():
-                if (size := _utf8_size(key)) > limits.label_key_bytes:
+                if len(key) > key_chars and (size := _utf8_size(key)) > limits.label_key_bytes:
                     raise _too_large(
-                        f"{where} (a field name)", size, limits.label_key_bytes, "label_key_bytes"
+                        f"{_path(where)} (a field name)",
+                        size,
+                        limits.label_key_bytes,
+                        "label_key_bytes",
                     )
-                stack.append((f"{where}.{key}", item))
+                if _may_exceed(item, text_chars):
+                    stack.append(((where, key), item))
+
+
+def _may_exceed(value: object, text_chars: int) -> bool:
+    """Whether `value` needs a look: a container, or a string that may be over its bound."""
+    if isinstance(value, str):
+        return len(value) > text_chars
+    return isinstance(value, list | dict)
+
+
+def _path(where: object) -> str:
+    """`payload.a.0.b` from the nested (parent, key) pairs the walk keeps."""
+    keys: list[str] = []
+    while isinstance(where, tuple):
+        where, key = where
+        keys.append(str(key))
+    return ".".join([str(where), *reversed(keys)])
 
 
 def decode_record(

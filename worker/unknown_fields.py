@@ -26,10 +26,16 @@ def _walk(value: Any, prefix: str, found: list[str]) -> None:
         for key in sorted(value.model_extra or {}):
             found.append(f"{prefix}{key}")
         for name in type(value).model_fields:
-            _walk(getattr(value, name), f"{prefix}{name}.", found)
+            field = getattr(value, name)
+            if isinstance(field, _NESTED):  # only models and lists can hold models
+                _walk(field, f"{prefix}{name}.", found)
     elif isinstance(value, list | tuple):
         for index, item in enumerate(value):
-            _walk(item, f"{prefix}{index}.", found)
+            if isinstance(item, _NESTED):
+                _walk(item, f"{prefix}{index}.", found)
+
+
+_NESTED = (BaseModel, list, tuple)
 
 
 def unknown_fields(payload: Any, ignore: Collection[str] = ()) -> list[str]:
