@@ -44,11 +44,11 @@ sys.path.insert(0, str(REPO))
 
 from topics.catalog import record_key, topic_names  # noqa: E402
 from topics.provision import create_topics  # noqa: E402
-from worker import input_records as intake  # noqa: E402
+from worker import input_records  # noqa: E402
 from worker.broker import TANSU_STREAM_SETTINGS, EmbeddedBroker  # noqa: E402
 from worker.commands.stream import produce_lines  # noqa: E402
 from worker.config import Settings, load_settings  # noqa: E402
-from worker.scoring_suites import ScoringSuites as Engines  # noqa: E402
+from worker.scoring_suites import ScoringSuites  # noqa: E402
 from worker.stream import ScorestreamApp  # noqa: E402
 
 EXAMPLES = REPO / "examples"
@@ -289,12 +289,12 @@ async def aggregated(
 
 @dataclass
 class EncodeLog:
-    """Sizes and durations of the worker's `encode` calls (wraps `Engines.embed`)."""
+    """Sizes and durations of the worker's `encode` calls (wraps `ScoringSuites.embed`)."""
 
     calls: list[tuple[int, float, float]] = field(default_factory=list)  # (size, start, end)
 
-    def wrap(self, engines: Engines) -> None:
-        embed = engines.embed
+    def wrap(self, scoring_suites: ScoringSuites) -> None:
+        embed = scoring_suites.embed
 
         def timed(texts: Any) -> Any:
             started = time.time()
@@ -302,7 +302,7 @@ class EncodeLog:
             self.calls.append((len(texts), started, time.time()))
             return vectors
 
-        engines.embed = timed  # type: ignore[method-assign]
+        scoring_suites.embed = timed  # type: ignore[method-assign]
 
     def between(self, first: float, last: float) -> tuple[int, float, float]:
         """(calls, mean batch size, busy seconds) of the calls inside [first, last]."""
@@ -313,18 +313,18 @@ class EncodeLog:
         return len(inside), sum(sizes) / len(sizes), sum(end - start for _, start, end in inside)
 
 
-def raw_encode(engines: Engines, texts: list[str], batch: int) -> float:
+def raw_encode(scoring_suites: ScoringSuites, texts: list[str], batch: int) -> float:
     """Texts per second of batched `encode` calls (after one warm-up batch)."""
-    engines.embed(texts[:batch])
+    scoring_suites.embed(texts[:batch])
     started = time.perf_counter()
     for index in range(0, len(texts), batch):
-        engines.embed(texts[index : index + batch])
+        scoring_suites.embed(texts[index : index + batch])
     return len(texts) / (time.perf_counter() - started)
 
 
 async def raw_loop(
     bootstrap: str,
-    engines: Engines,
+    scoring_suites: ScoringSuites,
     settings: Settings,
     suite: str,
     records: list[tuple[str, bytes]],
@@ -338,7 +338,7 @@ async def raw_loop(
         await admin.create_topics([NewTopic(source, PARTITIONS, 1), NewTopic(sink, PARTITIONS, 1)])
     finally:
         await admin.close()
-    versions = engines.versions(suite)
+    versions = scoring_suites.versions(suite)
     inbound = AIOKafkaConsumer(
         source, bootstrap_servers=bootstrap, group_id=None, auto_offset_reset="earliest"
     )
@@ -354,9 +354,9 @@ async def raw_loop(
             for messages in batches.values():
                 for message in messages:
                     received = datetime.now(UTC)
-                    record = intake.decode_record(message.value, settings.max_record_bytes)
-                    scored = engines.score_case(record.suite, record.payload)
-                    result = intake.build_result(
+                    record = input_records.decode_record(message.value, settings.max_record_bytes)
+                    scored = scoring_suites.score_case(record.suite, record.payload)
+                    result = input_records.build_result(
                         case_id=record.id,
                         suite=record.suite,
                         kind="case",
@@ -365,7 +365,7 @@ async def raw_loop(
                         model=record.model,
                         labels=record.labels,
                         versions=versions,
-                        source=intake.SourcePosition(
+                        source=input_records.SourcePosition(
                             message.topic, message.partition, message.offset
                         ),
                         scored_at=datetime.now(UTC),
@@ -374,7 +374,7 @@ async def raw_loop(
                     await outbound.send(
                         sink,
                         result.model_dump_json().encode("utf-8"),
-                        key=intake.result_key(record.suite, record.id).encode("utf-8"),
+                        key=input_records.result_key(record.suite, record.id).encode("utf-8"),
                     )
 
     worker = asyncio.create_task(loop())
@@ -647,8 +647,8 @@ async def main(args: argparse.Namespace) -> int:
     counts = {"safe": args.n_safe, "extraction": args.n_extraction, "alignment": args.n_alignment}
     suites = [suite for suite in args.suites.split(",") if counts.get(suite, 0) > 0]
     print("loading scorers and the embedding model ...", flush=True)
-    engines = Engines.load(settings)
-    engines.warm_up()
+    scoring_suites = ScoringSuites.load(settings)
+    scoring_suites.warm_up()
     rounds: list[list[dict[str, Any]]] = []
     notes: list[str] = []
     started = time.time()
@@ -656,14 +656,14 @@ async def main(args: argparse.Namespace) -> int:
         await create_topics(broker.url, topic_names(settings.topics), PARTITIONS)
         print("starting the worker ...", flush=True)
         encodes = EncodeLog()
-        encodes.wrap(engines)
-        scorer = ScorestreamApp(settings, broker.url, engines=engines)
+        encodes.wrap(scoring_suites)
+        scorer = ScorestreamApp(settings, broker.url, suites=scoring_suites)
         await scorer.app.start()
         await asyncio.wait_for(scorer.ready.wait(), 90)
         try:
             for index in range(args.runs):
                 print(f"run {index + 1} of {args.runs}", flush=True)
-                rows = await measure(args, broker.bootstrap, scorer, engines, counts, suites)
+                rows = await measure(args, broker.bootstrap, scorer, scoring_suites, counts, suites)
                 rounds.append(rows)
                 notes.extend(rows_notes(rows, encodes))
         finally:
@@ -691,7 +691,7 @@ async def measure(
     args: argparse.Namespace,
     bootstrap: str,
     scorer: ScorestreamApp,
-    engines: Engines,
+    scoring_suites: ScoringSuites,
     counts: dict[str, int],
     suites: list[str],
 ) -> list[dict[str, Any]]:
@@ -705,15 +705,15 @@ async def measure(
         if suite == "alignment":
             # measured right before and after the worker's run, as the CPU is shared
             texts = alignment_texts(data)
-            before = raw_encode(engines, texts, args.batch)
+            before = raw_encode(scoring_suites, texts, args.batch)
         else:
             print(f"  baseline: raw aiokafka loop, {suite} x {counts[suite]} ...", flush=True)
             raw = make_records(suite, counts[suite], f"r{now:.3f}", now)
-            base = await raw_loop(bootstrap, engines, settings, suite, raw)
+            base = await raw_loop(bootstrap, scoring_suites, settings, suite, raw)
         print(f"  worker: {suite} x {counts[suite]} ...", flush=True)
         run = await worker_run(scorer, bootstrap, suite, data)
         if suite == "alignment":
-            rate = (before + raw_encode(engines, texts, args.batch)) / 2
+            rate = (before + raw_encode(scoring_suites, texts, args.batch)) / 2
             row = {"baseline": f"raw encode (batch {args.batch})", "baseline_rate": rate}
             row["baseline_run"] = None
         else:

@@ -24,8 +24,8 @@ class Harness:
     def __init__(self, **config: Any) -> None:
         # No broker: the poison-pill guard's durable in-flight marks need one.
         settings = settings_of(make_config(**{"limits": {"poison_pill_attempts": 0}, **config}))
-        engines = ScoringSuites.load(settings, HashingEmbedder())
-        self.scorer = ScorestreamApp(settings, "kafka://127.0.0.1:1", engines=engines)
+        suites = ScoringSuites.load(settings, HashingEmbedder())
+        self.scorer = ScorestreamApp(settings, "kafka://127.0.0.1:1", suites=suites)
         self.sent: list[tuple[str, str, Any]] = []
         self.scorer.publisher.send = self._record  # type: ignore[method-assign]
 
@@ -126,7 +126,7 @@ async def test_oversized_records_are_dead_letters_with_the_raw_value_cut() -> No
 
 async def test_a_scorer_crash_is_a_dead_letter_not_a_dead_agent(harness: Harness) -> None:
     calls = {"n": 0}
-    original = harness.scorer.engines.score_case
+    original = harness.scorer.suites.score_case
 
     def flaky(suite: str, payload: Any) -> Any:
         calls["n"] += 1
@@ -134,7 +134,7 @@ async def test_a_scorer_crash_is_a_dead_letter_not_a_dead_agent(harness: Harness
             raise RuntimeError("boom")
         return original(suite, payload)
 
-    harness.scorer.engines.score_case = flaky  # type: ignore[method-assign]
+    harness.scorer.suites.score_case = flaky  # type: ignore[method-assign]
     async with harness.agent("score").test_context() as agent:
         await agent.put(SAFE_CASE, key=b"c1")
         await agent.put(SAFE_CASE.replace(b'"c1"', b'"c2"'), key=b"c2")

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from schemas.outputs import CaseResult, RecordSource, Versions
 from worker import aggregation as agg
-from worker import input_records as intake
+from worker import input_records
 from worker.config import GateConfig
 from worker.gates import GateEvaluator, gated_metrics
 from worker.suites.base import Scored, State
@@ -218,9 +218,9 @@ def envelope(trace_id: Any) -> bytes:
 
 
 def test_a_valid_trace_id_is_echoed_by_the_result() -> None:
-    record = intake.decode_record(envelope(TRACE), 1 << 20)
+    record = input_records.decode_record(envelope(TRACE), 1 << 20)
     assert record.trace_id == TRACE
-    built = intake.build_result(
+    built = input_records.build_result(
         case_id=record.id,
         suite=record.suite,
         kind="case",
@@ -240,9 +240,9 @@ def test_a_valid_trace_id_is_echoed_by_the_result() -> None:
     "bad", ["0" * 32, "4BF92F3577B34DA6A3CE929D0E0E4736", TRACE[:-1], TRACE + "0", 12, "x" * 32]
 )
 def test_a_bad_trace_id_is_an_invalid_record(bad: Any) -> None:
-    with pytest.raises(intake.Rejected) as raised:
-        intake.decode_record(envelope(bad), 1 << 20)
-    assert raised.value.reason == intake.INVALID_RECORD
+    with pytest.raises(input_records.Rejected) as raised:
+        input_records.decode_record(envelope(bad), 1 << 20)
+    assert raised.value.reason == input_records.INVALID_RECORD
     assert "trace_id" in raised.value.message
 
 

@@ -138,17 +138,17 @@ def test_a_missing_onnxruntime_falls_back_to_torch(
 @model
 def test_the_worker_and_score_use_the_configured_default(cache_dir: Path, tmp_path: Path) -> None:
     settings = settings_with(cache_dir, tmp_path)
-    engines = ScoringSuites.load(settings)
-    engines.warm_up()
+    suites = ScoringSuites.load(settings)
+    suites.warm_up()
     scorer = make_batch_scorer(settings, BatchOptions())
     scorer.embedder.encode(["hello"])
-    for embedder in (engines.embedder, scorer.embedder):
+    for embedder in (suites.embedder, scorer.embedder):
         assert isinstance(embedder, MiniLMEmbedder) and embedder.backend == "onnx"
     torch_settings = settings_with(cache_dir, tmp_path, backend="torch")
-    torch_engines = ScoringSuites.load(torch_settings)
-    torch_engines.warm_up()
-    assert isinstance(torch_engines.embedder, MiniLMEmbedder)
-    assert torch_engines.embedder.backend == "torch"
+    torch_suites = ScoringSuites.load(torch_settings)
+    torch_suites.warm_up()
+    assert isinstance(torch_suites.embedder, MiniLMEmbedder)
+    assert torch_suites.embedder.backend == "torch"
 
 
 def score_sessions(tmp_path: Path, **environment: str) -> dict[str, dict[str, float]]:

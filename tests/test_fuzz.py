@@ -1,4 +1,4 @@
-"""Property-based fuzzing of intake and scoring for all three suites: whatever an
+"""Property-based fuzzing of input decoding and scoring for all three suites: whatever an
 envelope holds, the outcome is a result or a dead-letter reason, never an exception."""
 
 from __future__ import annotations
@@ -27,53 +27,53 @@ from tests.streamkit import (
     settings_of,
     write_config,
 )
-from worker import input_records as intake
+from worker import input_records
 from worker.broker import EmbeddedBroker
 from worker.config import LimitsSettings
 from worker.scoring_suites import ScoringSuites
 from worker.suites.alignment.embedding_model import HashingEmbedder
 
 REASONS = {
-    intake.OVERSIZED,
-    intake.NOT_UTF8,
-    intake.INVALID_JSON,
-    intake.INVALID_RECORD,
-    intake.UNKNOWN_SUITE,
-    intake.UNKNOWN_PERSONA,
-    intake.UNKNOWN_SCHEMA,
-    intake.INVALID_TIMESTAMP,
-    intake.FIELD_TOO_LARGE,
+    input_records.OVERSIZED,
+    input_records.NOT_UTF8,
+    input_records.INVALID_JSON,
+    input_records.INVALID_RECORD,
+    input_records.UNKNOWN_SUITE,
+    input_records.UNKNOWN_PERSONA,
+    input_records.UNKNOWN_SCHEMA,
+    input_records.INVALID_TIMESTAMP,
+    input_records.FIELD_TOO_LARGE,
 }
 LIMITS = LimitsSettings(id_bytes=64, model_bytes=64, label_value_bytes=64, text_bytes=4096)
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 @pytest.fixture(scope="module")
-def engines() -> ScoringSuites:
+def suites() -> ScoringSuites:
     return ScoringSuites.load(settings_of(make_config()), embedder=HashingEmbedder())
 
 
-def outcome(engines: ScoringSuites, raw: bytes) -> str:
+def outcome(suites: ScoringSuites, raw: bytes) -> str:
     """What the worker does with `raw`: "result" or the dead-letter reason."""
     try:
-        record = intake.decode_record(raw, 1 << 20, LIMITS)
-        intake.usable_event_time(record.event_time() or NOW, NOW, 300.0)
+        record = input_records.decode_record(raw, 1 << 20, LIMITS)
+        input_records.usable_event_time(record.event_time() or NOW, NOW, 300.0)
         if isinstance(record, AlignmentRecord):
-            engines.check_persona(record.payload.persona_id)
+            suites.check_persona(record.payload.persona_id)
             payload = record.payload
             if isinstance(payload, AlignmentSessionPayload):
                 texts = [turn.assistant for turn in payload.turns]
-                state = engines.new_session(payload.session_id, payload.persona_id)
+                state = suites.new_session(payload.session_id, payload.persona_id)
                 for index, (text, vector) in enumerate(
-                    zip(texts, engines.embed(texts), strict=True)
+                    zip(texts, suites.embed(texts), strict=True)
                 ):
-                    state.add(index, engines.score_turn((payload.persona_id, text), vector), vector)
-                engines.score_session(state)
+                    state.add(index, suites.score_turn((payload.persona_id, text), vector), vector)
+                suites.score_session(state)
             else:
-                engines.score_turn(payload, engines.embed([payload.text])[0])
+                suites.score_turn(payload, suites.embed([payload.text])[0])
         else:
-            engines.score_case(record.suite, record.payload)
-    except intake.Rejected as rejected:
+            suites.score_case(record.suite, record.payload)
+    except input_records.Rejected as rejected:
         assert rejected.reason in REASONS
         assert rejected.message
         return rejected.reason
@@ -207,38 +207,36 @@ FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCh
 @FUZZ
 @given(ENVELOPES)
 def test_any_envelope_is_a_result_or_a_dead_letter_with_a_reason(
-    engines: ScoringSuites, data: dict[str, Any]
+    suites: ScoringSuites, data: dict[str, Any]
 ) -> None:
-    outcome(engines, orjson.dumps(data))
+    outcome(suites, orjson.dumps(data))
 
 
 @FUZZ
 @given(st.binary(max_size=300) | JSON.map(orjson.dumps))
 def test_any_bytes_are_a_result_or_a_dead_letter_with_a_reason(
-    engines: ScoringSuites, raw: bytes
+    suites: ScoringSuites, raw: bytes
 ) -> None:
-    assert outcome(engines, raw) != "result" or raw.startswith(b"{")
+    assert outcome(suites, raw) != "result" or raw.startswith(b"{")
 
 
-def test_hostile_shapes_have_their_reasons(engines: ScoringSuites) -> None:
+def test_hostile_shapes_have_their_reasons(suites: ScoringSuites) -> None:
     deep = b"[" * 100_000 + b"]" * 100_000
     good = (EXAMPLES / "safe" / "envelopes.jsonl").read_bytes().splitlines()[0]
-    assert outcome(engines, good) == "result"
-    assert outcome(engines, deep) == "invalid_json"
-    assert (
-        outcome(engines, b'{"id": "n", "suite": "safe", "payload": {"x": NaN}}') == "invalid_json"
-    )
-    assert outcome(engines, b'{"id": "\\ud800", "suite": "safe", "payload": {}}') in {
+    assert outcome(suites, good) == "result"
+    assert outcome(suites, deep) == "invalid_json"
+    assert outcome(suites, b'{"id": "n", "suite": "safe", "payload": {"x": NaN}}') == "invalid_json"
+    assert outcome(suites, b'{"id": "\\ud800", "suite": "safe", "payload": {}}') in {
         "invalid_json",
         "result",
     }
-    assert outcome(engines, b'{"id": "\xed\xa0\x80", "suite": "safe", "payload": {}}') == "not_utf8"
+    assert outcome(suites, b'{"id": "\xed\xa0\x80", "suite": "safe", "payload": {}}') == "not_utf8"
     record = orjson.loads(good)
-    assert outcome(engines, orjson.dumps({**record, "id": "i" * 65})) == "field_too_large"
+    assert outcome(suites, orjson.dumps({**record, "id": "i" * 65})) == "field_too_large"
     turns = [{"assistant": "hi"}] * (LIMITS.session_turns + 1)
     whole = {"id": "w", "suite": "alignment", "payload": {"session_id": "w",
              "persona_id": "tunetide", "turns": turns}}  # fmt: skip
-    assert outcome(engines, orjson.dumps(whole)) == "field_too_large"
+    assert outcome(suites, orjson.dumps(whole)) == "field_too_large"
 
 
 # ---------------------------------------------------------------- on a real broker

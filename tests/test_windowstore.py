@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from schemas.outputs import CaseResult, RecordSource
-from worker import input_records as intake
+from worker import input_records
 from worker.config import WindowConfig
 from worker.eventtime import InvalidEventTime, Marker, PartitionClock, Watermark, check_event_time
 from worker.suites.registry import AGGREGATORS
@@ -327,17 +327,17 @@ def test_watermark_is_the_minimum_and_never_moves_back() -> None:
 def test_far_future_and_pre_1970_times_are_rejected(event_time: float, why: str) -> None:
     with pytest.raises(InvalidEventTime, match=why):
         check_event_time(event_time, T0, max_future_skew=300)
-    with pytest.raises(intake.Rejected) as rejected:
+    with pytest.raises(input_records.Rejected) as rejected:
         moment = datetime.fromtimestamp(max(event_time, -1.0), UTC)
-        intake.usable_event_time(moment, datetime.fromtimestamp(T0, UTC), 300)
+        input_records.usable_event_time(moment, datetime.fromtimestamp(T0, UTC), 300)
     assert rejected.value.reason == "invalid_timestamp"
 
 
 @pytest.mark.parametrize("ts", ['"0000-01-01T00:00:00Z"', "99999999999999999", '"9999-99-99"'])
 def test_unparseable_times_are_invalid_timestamp_dead_letters(ts: str) -> None:
     raw = f'{{"id": "x", "suite": "safe", "ts": {ts}, "payload": {{}}}}'.encode()
-    with pytest.raises(intake.Rejected) as rejected:
-        intake.decode_record(raw, 1 << 20)
+    with pytest.raises(input_records.Rejected) as rejected:
+        input_records.decode_record(raw, 1 << 20)
     assert rejected.value.reason == "invalid_timestamp"
 
 

@@ -141,7 +141,7 @@ class GateConfig(Section):
 
 
 class LimitsSettings(Section):
-    """Size bounds checked at intake (a dead letter `field_too_large` names the field and
+    """Size bounds checked on input (a dead letter `field_too_large` names the field and
     the limit) and on everything the worker produces (`output_too_large`). Byte counts are
     of the UTF-8 encoding."""
 

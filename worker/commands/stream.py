@@ -76,7 +76,7 @@ def run_worker(args: argparse.Namespace) -> int:
         scorer = ScorestreamApp(settings, broker)
     except ConfigError as exc:
         raise UsageError(str(exc)) from None
-    scorer.engines.warm_up()
+    scorer.suites.warm_up()
     watch_worker(scorer, settings)
     _server, port = scorer.telemetry.serve(settings.metrics_port)
     print(f"scorestream worker: metrics on http://127.0.0.1:{port}/metrics", file=sys.stderr)

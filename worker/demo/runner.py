@@ -102,11 +102,11 @@ class Demo:
         )
         say("loading the scorers and the embedding model")
         try:
-            engines = await asyncio.to_thread(ScoringSuites.load, settings)
-            await asyncio.to_thread(engines.warm_up)
+            suites = await asyncio.to_thread(ScoringSuites.load, settings)
+            await asyncio.to_thread(suites.warm_up)
         except ConfigError as exc:
             raise UsageError(str(exc)) from None
-        self.scorer = scorer = ScorestreamApp(settings, self.broker.url, engines=engines)
+        self.scorer = scorer = ScorestreamApp(settings, self.broker.url, suites=suites)
         watch_worker(scorer, settings)
         self._serve_metrics()
         consumer = AIOKafkaConsumer(

@@ -86,12 +86,12 @@ class ScorestreamApp:
         self,
         settings: Settings,
         broker: str,
-        engines: ScoringSuites | None = None,
+        suites: ScoringSuites | None = None,
         telemetry: Telemetry | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.settings = settings
-        self.engines = engines or ScoringSuites.load(settings)
+        self.suites = suites or ScoringSuites.load(settings)
         self.telemetry = telemetry or Telemetry.from_settings(settings)
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embed")
         self.ready = asyncio.Event()
@@ -123,7 +123,7 @@ class ScorestreamApp:
             ),
         )
         self.publisher = Publisher(self.topics, settings, self.telemetry)
-        context = StreamContext(settings, self.engines, self.telemetry, self.publisher, clock)
+        context = StreamContext(settings, self.suites, self.telemetry, self.publisher, clock)
 
         def table(name: str) -> Any:
             return app.Table(

@@ -23,7 +23,7 @@ class StreamContext:
     """The collaborators of the stages; `clock` is wall-clock epoch seconds."""
 
     settings: Settings
-    engines: ScoringSuites
+    suites: ScoringSuites
     telemetry: Telemetry
     publisher: Publisher
     clock: Callable[[], float]

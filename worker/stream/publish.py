@@ -16,8 +16,7 @@ import orjson
 from faust.types import TopicT
 
 from schemas.outputs import Aggregate, CaseResult, GateEvent
-from worker import aggregation
-from worker import input_records as intake
+from worker import aggregation, input_records
 from worker.config import Settings
 from worker.eventtime import Marker
 from worker.telemetry import Telemetry
@@ -124,7 +123,7 @@ class Publisher:
         sent now, or collected in `batch` to go out combined with `contribute`. Every
         record is checked first: `OutputTooLarge` means none of them was sent."""
         value = result.model_dump_json().encode("utf-8")
-        outputs = [(self.topics.results, intake.result_key(result.suite, result.id), value)]
+        outputs = [(self.topics.results, input_records.result_key(result.suite, result.id), value)]
         segments = []
         if aggregate:
             for segment in aggregation.segments_for(
@@ -190,9 +189,14 @@ class Publisher:
         try:
             await self.send(topic, key, value)
         except OutputTooLarge as exc:
-            source = intake.SourcePosition(exc.topic, -1, -1)
+            source = input_records.SourcePosition(exc.topic, -1, -1)
             await self.dead_letter(
-                value, None, intake.OUTPUT_TOO_LARGE, f"{key[:200]}: {exc}", source, _utcnow()
+                value,
+                None,
+                input_records.OUTPUT_TOO_LARGE,
+                f"{key[:200]}: {exc}",
+                source,
+                _utcnow(),
             )
 
     async def dead_letter(
@@ -201,11 +205,11 @@ class Publisher:
         key: bytes | None,
         reason: str,
         message: str,
-        source: intake.SourcePosition,
+        source: input_records.SourcePosition,
         now: datetime,
     ) -> None:
         """Dead-letter an input record with the reason (raw value kept, cut to a bound)."""
-        letter = intake.dead_letter(
+        letter = input_records.dead_letter(
             raw, reason, message, source, self.settings.dlq_max_raw_bytes, now
         )
         value = letter.model_dump_json().encode("utf-8")

@@ -17,7 +17,7 @@ from faust.types import TP, AppT, EventT
 
 from schemas.envelope import AlignmentRecord
 from schemas.outputs import CaseResult
-from worker import input_records as intake
+from worker import input_records
 from worker.eventtime import Marker, PartitionClock
 from worker.stream.context import StreamContext, event_context, source_position
 from worker.stream.inflight import InflightGuard
@@ -68,7 +68,7 @@ class ScoreStage:
         markers must follow the contributions they cover)."""
         careful = await self._guard_batch(events)
         batch = Contributions()
-        done: list[tuple[intake.SourcePosition, datetime | None]] = []
+        done: list[tuple[input_records.SourcePosition, datetime | None]] = []
         for event in events:
             source = source_position(event)
             key = _guard_key(source)
@@ -84,7 +84,7 @@ class ScoreStage:
                         f"record (limits.poison_pill_attempts: "
                         f"{self.settings.limits.poison_pill_attempts})"
                     )
-                    await self._dead_letter(event, intake.POISON_PILL, message, source)
+                    await self._dead_letter(event, input_records.POISON_PILL, message, source)
                     done.append((source, None))
                     continue
             done.append((source, await self.supervised(event, source, batch)))
@@ -103,7 +103,10 @@ class ScoreStage:
             )
 
     async def supervised(
-        self, event: EventT, source: intake.SourcePosition, batch: Contributions | None = None
+        self,
+        event: EventT,
+        source: input_records.SourcePosition,
+        batch: Contributions | None = None,
     ) -> datetime | None:
         """Score one record, where nothing it does stops the agent: an exception that
         got past the stage's own handling dead-letters the record (`scoring_error`)."""
@@ -112,7 +115,7 @@ class ScoreStage:
         except Exception as exc:
             log.exception("unexpected failure on an input record")
             try:
-                await self._dead_letter(event, intake.SCORING_ERROR, repr(exc), source)
+                await self._dead_letter(event, input_records.SCORING_ERROR, repr(exc), source)
             except Exception:
                 log.exception("could not dead-letter the failed record")
             return None
@@ -163,39 +166,41 @@ class ScoreStage:
     async def _process(
         self,
         event: EventT,
-        source: intake.SourcePosition,
+        source: input_records.SourcePosition,
         received: datetime,
         batch: Contributions | None = None,
     ) -> datetime | None:
         """Score, forward or dead-letter; the record's event time when it had a usable one."""
         settings = self.settings
-        engines = self.context.engines
+        suites = self.context.suites
         try:
-            record = intake.decode_record(event.value, settings.max_record_bytes, settings.limits)
-            event_time = intake.usable_event_time(
+            record = input_records.decode_record(
+                event.value, settings.max_record_bytes, settings.limits
+            )
+            event_time = input_records.usable_event_time(
                 record.event_time() or source.timestamp or received,
                 received,
                 settings.max_future_skew,
             )
             if isinstance(record, AlignmentRecord):
-                engines.check_persona(record.payload.persona_id)
+                suites.check_persona(record.payload.persona_id)
                 await self._forward_turn(record, source, received, event_time)
                 return event_time
             started = time.perf_counter()
-            scored = engines.score_case(record.suite, record.payload)
+            scored = suites.score_case(record.suite, record.payload)
             scored = with_unknown_fields(scored, unknown_fields(record.payload))
             elapsed = time.perf_counter() - started
         except OutputTooLarge as exc:
-            await self._dead_letter(event, intake.OUTPUT_TOO_LARGE, str(exc), source)
+            await self._dead_letter(event, input_records.OUTPUT_TOO_LARGE, str(exc), source)
             return None
-        except intake.Rejected as rejected:
+        except input_records.Rejected as rejected:
             await self._dead_letter(event, rejected.reason, rejected.message, source)
             return None
         except Exception as exc:  # a scorer bug must not kill the agent or lose the record
             log.exception("scoring failed")
-            await self._dead_letter(event, intake.SCORING_ERROR, repr(exc), source)
+            await self._dead_letter(event, input_records.SCORING_ERROR, repr(exc), source)
             return None
-        result = intake.build_result(
+        result = input_records.build_result(
             case_id=record.id,
             suite=record.suite,
             kind="case",
@@ -203,7 +208,7 @@ class ScoreStage:
             event_time=event_time,
             model=record.model,
             labels=record.labels,
-            versions=engines.versions(record.suite),
+            versions=suites.versions(record.suite),
             source=source,
             scored_at=self.context.now(),
             received_at=received,
@@ -212,13 +217,13 @@ class ScoreStage:
         try:
             await self.publisher.result(result, batch=batch)
         except OutputTooLarge as exc:
-            await self._dead_letter(event, intake.OUTPUT_TOO_LARGE, str(exc), source)
+            await self._dead_letter(event, input_records.OUTPUT_TOO_LARGE, str(exc), source)
             return None
         observe(self.context, result, elapsed)
         return event_time
 
     async def _dead_letter(
-        self, event: EventT, reason: str, message: str, source: intake.SourcePosition
+        self, event: EventT, reason: str, message: str, source: input_records.SourcePosition
     ) -> None:
         key = event.key if isinstance(event.key, bytes) else None
         await self.publisher.dead_letter(
@@ -228,7 +233,7 @@ class ScoreStage:
     async def _forward_turn(
         self,
         record: AlignmentRecord,
-        source: intake.SourcePosition,
+        source: input_records.SourcePosition,
         received: datetime,
         event_time: datetime,
     ) -> None:
@@ -302,7 +307,7 @@ class ScoreStage:
             return None
 
 
-def _guard_key(source: intake.SourcePosition) -> str:
+def _guard_key(source: input_records.SourcePosition) -> str:
     return f"{source.topic}|{source.partition}"
 
 

@@ -24,7 +24,7 @@ from faust.types import EventT
 from pydantic import JsonValue
 
 from schemas.envelope import AlignmentRecord, AlignmentSessionPayload, AlignmentTurnPayload
-from worker import input_records as intake
+from worker import input_records
 from worker.eventtime import Marker, Watermark
 from worker.stream.context import StreamContext, event_context
 from worker.stream.publish import OutputTooLarge, marker_of
@@ -45,7 +45,7 @@ class TurnContext:
     """An alignment record on the session stream, with where and when it was read."""
 
     record: AlignmentRecord
-    source: intake.SourcePosition
+    source: input_records.SourcePosition
     event_time: datetime
     received: datetime
 
@@ -101,7 +101,7 @@ class SessionStage:
             if not texts:
                 return None
             self.context.telemetry.record_embedding_batch(len(texts))
-            return loop.run_in_executor(self.executor, self.context.engines.embed, texts)
+            return loop.run_in_executor(self.executor, self.context.suites.embed, texts)
 
         pending = encode(chunks[0]) if chunks else None
         for position, chunk in enumerate(chunks):
@@ -176,7 +176,7 @@ class SessionStage:
         topic, partition, offset = data["source"]
         context = TurnContext(
             record=record,
-            source=intake.SourcePosition(topic, partition, offset),
+            source=input_records.SourcePosition(topic, partition, offset),
             event_time=datetime.fromtimestamp(float(data["event_time"]), UTC),
             received=datetime.fromtimestamp(float(data["received"]), UTC),
         )
@@ -185,13 +185,13 @@ class SessionStage:
                 await self._apply_whole_session(context, record.payload, vectors)
             else:
                 await self._apply_turn(context, record.payload, vectors[0], event)
-        except intake.Rejected as rejected:
+        except input_records.Rejected as rejected:
             await self._dead_letter(data, rejected.reason, rejected.message, context)
         except OutputTooLarge as exc:
-            await self._dead_letter(data, intake.OUTPUT_TOO_LARGE, str(exc), context)
+            await self._dead_letter(data, input_records.OUTPUT_TOO_LARGE, str(exc), context)
         except Exception as exc:  # a scorer bug must not kill the agent or lose the record
             log.exception("alignment scoring failed")
-            await self._dead_letter(data, intake.SCORING_ERROR, repr(exc), context)
+            await self._dead_letter(data, input_records.SCORING_ERROR, repr(exc), context)
 
     async def _dead_letter(
         self, data: dict[str, Any], reason: str, message: str, context: TurnContext
@@ -210,13 +210,13 @@ class SessionStage:
         self, context: TurnContext, payload: AlignmentSessionPayload, vectors: Any
     ) -> None:
         """Score every turn of a session sent at once, then the session."""
-        engines = self.context.engines
+        suites = self.context.suites
         record = context.record
-        state = engines.new_session(payload.session_id, payload.persona_id)
+        state = suites.new_session(payload.session_id, payload.persona_id)
         unknown = unknown_fields(payload)
         for index, (turn, vector) in enumerate(zip(payload.turns, vectors, strict=True)):
             started = time.perf_counter()
-            scored_turn = engines.score_turn((payload.persona_id, turn.assistant), vector)
+            scored_turn = suites.score_turn((payload.persona_id, turn.assistant), vector)
             now = self.context.clock()
             state.add(index, scored_turn, vector, turn.assistant, now=now, user=turn.user)
             elapsed = time.perf_counter() - started
@@ -228,27 +228,27 @@ class SessionStage:
         self, context: TurnContext, payload: AlignmentTurnPayload, vector: Any, event: EventT
     ) -> None:
         """Score one turn, add it to its session, and close the session when complete."""
-        engines = self.context.engines
+        suites = self.context.suites
         stored = self.sessions.get(payload.session_id)
         if stored and stored.get("closed"):
             # A late repeat of a closed session's turn: its result is re-published under
             # the same key (idempotent for consumers); the session is not reopened.
-            scored_turn = engines.score_turn(payload, vector)
+            scored_turn = suites.score_turn(payload, vector)
             await self._emit_turn(context, context.record.id, scored_turn, 0.0)
             return
         state = (
             SessionState.from_json(stored["state"])
             if stored
-            else engines.new_session(payload.session_id, payload.persona_id)
+            else suites.new_session(payload.session_id, payload.persona_id)
         )
         if state.persona_id != payload.persona_id:
-            raise intake.Rejected(
-                intake.INVALID_RECORD,
+            raise input_records.Rejected(
+                input_records.INVALID_RECORD,
                 f"turn of persona {payload.persona_id!r} in session {payload.session_id!r} "
                 f"of persona {state.persona_id!r}",
             )
         started = time.perf_counter()
-        scored_turn = engines.score_turn(payload, vector)
+        scored_turn = suites.score_turn(payload, vector)
         elapsed = time.perf_counter() - started
         unknown = unknown_fields(payload)
         await self._emit_turn(context, context.record.id, scored_turn, elapsed, unknown)
@@ -295,7 +295,7 @@ class SessionStage:
         elapsed: float,
         unknown: list[str] | None = None,
     ) -> None:
-        result = intake.build_result(
+        result = input_records.build_result(
             case_id=turn_id,
             suite="alignment",
             kind="turn",
@@ -303,7 +303,7 @@ class SessionStage:
             event_time=context.event_time,
             model=context.record.model,
             labels=context.record.labels,
-            versions=self.context.engines.versions("alignment"),
+            versions=self.context.suites.versions("alignment"),
             source=context.source,
             scored_at=self.context.now(),
             received_at=context.received,
@@ -327,7 +327,7 @@ class SessionStage:
         scored = await self._score_session(state)
         if at_cap:
             scored = replace(scored, details={**scored.details, "closed_by": "session_state_bytes"})
-        result = intake.build_result(
+        result = input_records.build_result(
             case_id=f"session:{state.session_id}",
             suite="alignment",
             kind="session",
@@ -335,7 +335,7 @@ class SessionStage:
             event_time=event_time,
             model=model,
             labels=labels,
-            versions=self.context.engines.versions("alignment"),
+            versions=self.context.suites.versions("alignment"),
             source=None,
             scored_at=self.context.now(),
         )
@@ -343,9 +343,9 @@ class SessionStage:
             await self.publisher.result(result)
         except OutputTooLarge as exc:
             value = result.model_dump_json().encode("utf-8")
-            source = intake.SourcePosition(exc.topic, -1, -1)
+            source = input_records.SourcePosition(exc.topic, -1, -1)
             await self.publisher.dead_letter(
-                value, None, intake.OUTPUT_TOO_LARGE, str(exc), source, self.context.now()
+                value, None, input_records.OUTPUT_TOO_LARGE, str(exc), source, self.context.now()
             )
             return
         observe(self.context, result, time.perf_counter() - started)
@@ -353,11 +353,11 @@ class SessionStage:
     async def _score_session(self, state: SessionState) -> Scored:
         """Session scores, with the judge's verdict when one is configured; a failed
         verdict leaves the keyword safety standing and is recorded in the details."""
-        engines = self.context.engines
+        suites = self.context.suites
         if self.judge is None:
-            return engines.score_session(state)
+            return suites.score_session(state)
         verdict = await self.judge.judge(session_transcript(state))
-        scored = engines.score_session(state, verdict.score)
+        scored = suites.score_session(state, verdict.score)
         judged: dict[str, JsonValue] = {
             "score": verdict.score,
             "reason": verdict.reason,
