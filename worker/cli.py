@@ -35,13 +35,16 @@ def _version() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from worker.suites import registry
+
+    suites = sorted(registry.names())
     parser = _Parser(prog="scorestream", description="Streaming scorer for LLM output.")
     parser.add_argument("--version", action="version", version=_version())
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     score = commands.add_parser("score", help="score files offline")
     score.add_argument("files", nargs="+", metavar="FILE")
-    score.add_argument("--suite", choices=["alignment", "extraction", "safe"])
+    score.add_argument("--suite", choices=suites)
     score.add_argument("--config", help="YAML config file (else SCORESTREAM_CONFIG)")
     score.add_argument(
         "--format", default="console", choices=["console", "json", "markdown", "all"]
@@ -79,7 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
         "(--suite, --window-start, --window, --segment) or the worst cases a gate event "
         "lists (--gate-event FILE, - for stdin). Exit 1 when a listed case is not found.",
     )
-    results.add_argument("--suite", choices=["alignment", "extraction", "safe"])
+    results.add_argument("--suite", choices=suites)
     results.add_argument("--window-start", help="RFC 3339 start, e.g. 2026-01-01T12:00:00Z")
     results.add_argument("--window", help="window size, e.g. 1m")
     results.add_argument(
