@@ -189,15 +189,16 @@ class Publisher:
         try:
             await self.send(topic, key, value)
         except OutputTooLarge as exc:
-            source = input_records.SourcePosition(exc.topic, -1, -1)
-            await self.dead_letter(
-                value,
-                None,
-                input_records.OUTPUT_TOO_LARGE,
-                f"{key[:200]}: {exc}",
-                source,
-                _utcnow(),
-            )
+            await self.output_too_large(value, exc, f"{key[:200]}: {exc}", _utcnow())
+
+    async def output_too_large(
+        self, value: bytes, exc: OutputTooLarge, message: str, now: datetime
+    ) -> None:
+        """Dead-letter an output that did not fit one producer request: reason
+        `output_too_large`, the output (cut) as the raw value, no key, and as source the
+        topic it was meant for (partition and offset -1)."""
+        source = input_records.SourcePosition(exc.topic, -1, -1)
+        await self.dead_letter(value, None, input_records.OUTPUT_TOO_LARGE, message, source, now)
 
     async def dead_letter(
         self,

@@ -343,10 +343,7 @@ class SessionStage:
             await self.publisher.result(result)
         except OutputTooLarge as exc:
             value = result.model_dump_json().encode("utf-8")
-            source = input_records.SourcePosition(exc.topic, -1, -1)
-            await self.publisher.dead_letter(
-                value, None, input_records.OUTPUT_TOO_LARGE, str(exc), source, self.context.now()
-            )
+            await self.publisher.output_too_large(value, exc, str(exc), self.context.now())
             return
         observe(self.context, result, time.perf_counter() - started)
 
