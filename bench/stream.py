@@ -14,7 +14,8 @@ scored inside the worker). Next to it, the baselines on the same records:
   the same scoring functions and no Faust (target: at least 0.3x of it).
 
 Alignment records are assistant turns of 4-turn sessions (the last turn closes the
-session); its throughput counts turns. A full run takes about 1.5 minutes on 2 cores.
+session); its throughput counts turns. Three rounds and the growth table take about 5
+minutes on 2 cores.
 """
 
 from __future__ import annotations
