@@ -10,7 +10,7 @@ closes sessions.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -41,6 +41,7 @@ class ScoringSuites:
     personas: PersonaCatalog
     patterns: SafetyPatterns
     embedder: Embedder
+    _versions: dict[str, Versions] = field(default_factory=dict, init=False, repr=False)
 
     @classmethod
     def load(cls, settings: Settings, embedder: Embedder | None = None) -> ScoringSuites:
@@ -100,5 +101,8 @@ class ScoringSuites:
     # ------------------------------------------------------------ shared
 
     def versions(self, suite: str) -> Versions:
-        """The `versions` of the suite's results."""
-        return registry.get(suite).versions(self.settings)
+        """The `versions` of the suite's results (built once per suite, not per result)."""
+        versions = self._versions.get(suite)
+        if versions is None:
+            versions = self._versions[suite] = registry.get(suite).versions(self.settings)
+        return versions
