@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from worker.config import WindowConfig
-from worker.windows import WindowKey, window_ends, windows_for
+from worker.windows import WindowKey, pane_start_of, pane_width, window_ends, windows_for
 
 MINUTE = WindowConfig(size=60)
 HOUR_BY_5M = WindowConfig(size=3600, step=300)
@@ -71,3 +71,25 @@ def test_window_ends_are_those_of_the_windows_containing_the_event(config: Windo
     for event_time in times:
         windows = windows_for(event_time, config)
         assert window_ends(event_time, config) == (windows[0].end, windows[-1].end)
+
+
+@pytest.mark.parametrize(
+    ("windows", "width"),
+    [
+        ([WindowConfig(size=60), WindowConfig(size=3600, step=300)], 60.0),
+        ([WindowConfig(size=60), WindowConfig(size=90)], 30.0),
+        ([WindowConfig(size=1.5)], 1.5),
+        ([WindowConfig(size=0.0005)], None),  # no whole number of milliseconds
+    ],
+)
+def test_a_pane_lies_inside_one_pane_of_every_configuration(
+    windows: list[WindowConfig], width: float | None
+) -> None:
+    assert pane_width(windows) == width
+    if width is None:
+        return
+    for event_time in (1_700_000_000.0, 1_700_000_059.999, 1_700_000_060.0, 17.25):
+        start = pane_start_of(event_time, width)
+        assert start <= event_time < start + width
+        for window in windows:  # everything in the pane shares its windows
+            assert windows_for(start, window) == windows_for(event_time, window)

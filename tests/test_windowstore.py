@@ -7,13 +7,16 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+import orjson
 import pytest
 
 from schemas.outputs import CaseResult, RecordSource
 from worker import input_records
 from worker.config import WindowConfig
 from worker.eventtime import InvalidEventTime, Marker, PartitionClock, Watermark, check_event_time
+from worker.pane_folds import PaneFold
 from worker.suites.registry import AGGREGATORS
+from worker.windows import pane_width
 from worker.windowstore import Emission, WindowStore
 
 T0 = 1_700_000_040.0  # a whole minute: 2023-11-14T22:14:00Z
@@ -53,6 +56,10 @@ class Replay:
     clocks: dict[int, PartitionClock] = field(default_factory=dict)
     finals: list[Emission] = field(default_factory=list)
     late: list[str] = field(default_factory=list)
+    # Fold each micro-batch per pane, as the score stage does from `fold_from` on (the
+    # high watermark of an input partition when its owner first read it).
+    fold: bool = False
+    fold_from: dict[int, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.store = self.new_store()
@@ -75,6 +82,7 @@ class Replay:
     def restart(self, now: float) -> None:
         """A new owner: caches gone, tables kept, clocks start from the committed offsets."""
         self.store = self.new_store()
+        self.fold_from = {p: len(log) for p, log in self.logs.items()}
         committed = {p: clock.next_offset for p, clock in self.clocks.items()}
         self.clocks = {
             p: PartitionClock(quiet_since=now, next_offset=committed.get(p, 0) or 0)
@@ -90,13 +98,24 @@ class Replay:
         """Read (and count) the next `count` records of `partition` at wall time `now`."""
         clock = self.clock(partition, now)
         start = clock.next_offset or 0
+        fold = PaneFold("safe", {}, pane_width(self.windows) or 0.0, AGGREGATORS["safe"])
+        folded: list[str] = []
         for offset in range(start, min(start + count, len(self.logs[partition]))):
             ts = self.logs[partition][offset]
             case_id = f"p{partition}-{offset}"
-            admission = self.store.add(0, result(case_id, ts, offset, partition), {})
-            if admission.late:
-                self.late.append(case_id)
+            case = result(case_id, ts, offset, partition)
+            if self.fold and offset >= self.fold_from.get(partition, 0):
+                fold.add(case)
+                folded.append(case_id)
+            else:
+                admission = self.store.add(0, case, {})
+                if admission.late:
+                    self.late.append(case_id)
             clock.observe(offset, ts, now)
+        if fold.count:  # after the batch's cases, as `Publisher.contribute` sends them
+            wire = orjson.loads(orjson.dumps(fold.to_json()))
+            admission = self.store.add_fold(0, wire, {})
+            self.late.extend(f"one of {folded}" for _ in range(admission.late_cases))
         self.store.flush()  # the end of a micro-batch
 
     def tick(self, now: float) -> None:
@@ -116,6 +135,9 @@ class Replay:
         return [emission.key for emission in self.finals]
 
 
+FOLDED = pytest.mark.parametrize("fold", [False, True], ids=["case-by-case", "folded"])
+
+
 def interleave(replay: Replay, now: float, batch: int = 5) -> None:
     """Read every partition to its end in small alternating batches, ticking between."""
     while any(
@@ -128,8 +150,9 @@ def interleave(replay: Replay, now: float, batch: int = 5) -> None:
         now += 0.1
 
 
-def test_backlog_at_start_is_read_in_order_and_nothing_is_late() -> None:
-    replay = Replay()
+@FOLDED
+def test_backlog_at_start_is_read_in_order_and_nothing_is_late(fold: bool) -> None:
+    replay = Replay(fold=fold)
     for partition in range(2):
         replay.produce(partition, *(T0 + i * 0.5 + partition * 0.25 for i in range(200)))
     start = T0 + 3600  # the worker starts an hour after the records were written
@@ -141,8 +164,9 @@ def test_backlog_at_start_is_read_in_order_and_nothing_is_late() -> None:
     assert len(replay.finals) == len(set(replay.final_keys())) == 2  # [T0, +60), [+60, +120)
 
 
-def test_downtime_longer_than_window_and_grace_loses_nothing() -> None:
-    replay = Replay()
+@FOLDED
+def test_downtime_longer_than_window_and_grace_loses_nothing(fold: bool) -> None:
+    replay = Replay(fold=fold)
     for partition in range(2):
         replay.produce(partition, *(T0 + i for i in range(100)))
     now = T0 + 50
@@ -157,8 +181,9 @@ def test_downtime_longer_than_window_and_grace_loses_nothing() -> None:
     assert replay.counted() == 200
 
 
-def test_two_partitions_far_apart_hold_the_watermark_at_the_slower() -> None:
-    replay = Replay()
+@FOLDED
+def test_two_partitions_far_apart_hold_the_watermark_at_the_slower(fold: bool) -> None:
+    replay = Replay(fold=fold)
     replay.produce(0, *(T0 + 3600 + i for i in range(30)))  # an hour ahead
     replay.produce(1, *(T0 + i for i in range(30)))
     replay.produce(1, *(T0 + 30 + i for i in range(60)))  # more to come on the slow one
@@ -174,8 +199,9 @@ def test_two_partitions_far_apart_hold_the_watermark_at_the_slower() -> None:
     assert replay.counted() == 60  # the first minute of the slow partition only
 
 
-def test_an_idle_partition_stops_holding_back_only_when_caught_up_and_quiet() -> None:
-    replay = Replay()
+@FOLDED
+def test_an_idle_partition_stops_holding_back_only_when_caught_up_and_quiet(fold: bool) -> None:
+    replay = Replay(fold=fold)
     replay.produce(0, *(T0 + i for i in range(91)))  # the last one stays unread: a backlog
     replay.produce(1, T0)
     now = T0 + 90
@@ -192,8 +218,9 @@ def test_an_idle_partition_stops_holding_back_only_when_caught_up_and_quiet() ->
     assert replay.clocks[1].progress == now + IDLE
 
 
-def test_a_partition_that_never_had_a_record_follows_the_wall_clock_once_idle() -> None:
-    replay = Replay()
+@FOLDED
+def test_a_partition_that_never_had_a_record_follows_the_wall_clock_once_idle(fold: bool) -> None:
+    replay = Replay(fold=fold)
     replay.produce(0, *(T0 + i for i in range(71)))  # the last one stays unread: a backlog
     now = T0 + 70
     replay.read(0, 70, now)
@@ -206,8 +233,11 @@ def test_a_partition_that_never_had_a_record_follows_the_wall_clock_once_idle() 
     assert replay.counted() == 60  # [T0, T0 + 60) closed at T0 + 70
 
 
-def test_a_rebalance_hands_a_partition_over_without_late_records_or_second_finals() -> None:
-    replay = Replay()
+@FOLDED
+def test_a_rebalance_hands_a_partition_over_without_late_records_or_second_finals(
+    fold: bool,
+) -> None:
+    replay = Replay(fold=fold)
     for partition in range(2):
         replay.produce(partition, *(T0 + i for i in range(120)))
     now = T0 + 120
@@ -226,8 +256,9 @@ def test_a_rebalance_hands_a_partition_over_without_late_records_or_second_final
     assert len(replay.final_keys()) == len(set(replay.final_keys())) == 2
 
 
-def test_yesterdays_data_closes_by_its_own_timestamps() -> None:
-    replay = Replay(partitions=1)
+@FOLDED
+def test_yesterdays_data_closes_by_its_own_timestamps(fold: bool) -> None:
+    replay = Replay(partitions=1, fold=fold)
     yesterday = T0 - 86400
     replay.produce(0, *(yesterday + i for i in range(300)))
     now = T0
@@ -240,14 +271,15 @@ def test_yesterdays_data_closes_by_its_own_timestamps() -> None:
     assert replay.late == []
 
 
-def test_a_record_behind_a_closed_window_is_late_and_changes_nothing() -> None:
-    replay = Replay(partitions=1)
+@FOLDED
+def test_a_record_behind_a_closed_window_is_late_and_changes_nothing(fold: bool) -> None:
+    replay = Replay(partitions=1, fold=fold)
     replay.produce(0, *(T0 + i for i in range(80)), T0 + 5)
     replay.read(0, 80, T0 + 80)
     replay.tick(T0 + 80)
     assert replay.counted() == 60
     replay.read(0, 1, T0 + 81)
-    assert replay.late == ["p0-80"]
+    assert len(replay.late) == 1 and "p0-80" in replay.late[0]
     replay.tick(T0 + 200)
     assert replay.counted() == 80  # the late record counted nowhere
 
@@ -263,10 +295,11 @@ def test_a_replayed_case_is_neither_late_nor_counted_twice() -> None:
     assert later.late and not later.replay
 
 
-def test_hopping_windows_cost_one_pane_per_case_and_merge_on_emission() -> None:
+@FOLDED
+def test_hopping_windows_cost_one_pane_per_case_and_merge_on_emission(fold: bool) -> None:
     hourly = [WindowConfig(size=3600, step=300)]
     base = T0 + 60  # a whole five minutes
-    replay = Replay(partitions=1, windows=hourly)
+    replay = Replay(partitions=1, windows=hourly, fold=fold)
     replay.produce(0, *(base + 60 * i for i in range(130)))  # a case a minute, 130 minutes
     replay.read(0, 130, base + 7800)
     panes = [key for key in replay.tables["windows"] if key.startswith("pane|")]

@@ -230,8 +230,8 @@ class Telemetry:
         if count > 0:
             self.unknown_fields.labels(self.guard("suite", suite)).inc(count)
 
-    def record_late(self, suite: str) -> None:
-        self.late_records.labels(self.guard("suite", suite)).inc()
+    def record_late(self, suite: str, count: int = 1) -> None:
+        self.late_records.labels(self.guard("suite", suite)).inc(count)
 
     def record_embedding_batch(self, size: int) -> None:
         self.embedding_batch_size.observe(size)

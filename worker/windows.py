@@ -100,9 +100,43 @@ def window_ends(event_time: float, window: WindowConfig) -> tuple[float, float]:
     return newest, newest
 
 
+def pane_width(windows: Iterable[WindowConfig]) -> float | None:
+    """The widest pane that divides every size and step of `windows` (a whole number of
+    milliseconds), so each pane lies inside one pane of every configuration and all its
+    event times share their windows; None when no such width exists."""
+    millis = []
+    for window in windows:
+        for length in (window.size, window.step or window.size):
+            whole = round(float(length) * 1000)
+            if whole <= 0 or not math.isclose(whole, float(length) * 1000, abs_tol=1e-6):
+                return None
+            millis.append(whole)
+    if not millis:
+        return None
+    return math.gcd(*millis) / 1000
+
+
+def pane_start_of(event_time: float, width: float) -> float:
+    """Start of the pane of `width` seconds that holds `event_time`."""
+    start = math.floor(event_time / width) * width
+    while start > event_time:  # float rounding at a boundary
+        start -= width
+    while start + width <= event_time:
+        start += width
+    return start
+
+
 def assign_windows(event_time: float, windows: Iterable[WindowConfig]) -> list[WindowKey]:
     """The windows of every configuration that contain `event_time`."""
     return [key for window in windows for key in windows_for(event_time, window)]
 
 
-__all__ = ["WindowKey", "assign_windows", "window_ends", "window_name", "windows_for"]
+__all__ = [
+    "WindowKey",
+    "assign_windows",
+    "pane_start_of",
+    "pane_width",
+    "window_ends",
+    "window_name",
+    "windows_for",
+]

@@ -10,10 +10,16 @@ tables in production, dicts in tests), one stage partition at a time.
   of that configuration containing it is closed (the partition's watermark, the minimum
   progress of its upstream channels, reached `end + grace`): such a result is late and
   changes no aggregate.
+- **Folds.** `add_fold` merges a micro-batch's results folded per pane by the score
+  stage (`worker.pane_folds`): one merge per pane and configuration instead of one update
+  per case. A fold's panes lie inside one pane of every configuration, so lateness is
+  decided per folded pane as for a case.
 - **Dedupe.** Contributions from one input partition reach a series (suite, segment,
   configuration) in offset order, so a series keeps the highest input offset counted per
-  input partition: anything at or below it is a replay. Sessions (no input offset) are
-  deduplicated by id inside their pane.
+  input partition: anything at or below it is a replay. A fold raises it to the highest
+  offset it covers; a fold all of whose offsets are at or below it is one read again and
+  is skipped whole (folds never overlap earlier contributions, see `ScoreStage`).
+  Sessions (no input offset) are deduplicated by id inside their pane.
 - **Emission.** `advance` takes a watermark marker and returns, oldest end first, the final
   aggregates of the windows it closed (each once: a series remembers how far it closed),
   then drops the panes no open window needs. `pending` returns interim aggregates of the
@@ -39,11 +45,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from schemas.outputs import CaseResult
-from worker import aggregation
+from worker import aggregation, pane_folds
 from worker.config import WindowConfig
 from worker.eventtime import Marker, Watermark
 from worker.suites.base import State, SuiteAggregator
-from worker.windows import WindowKey, window_ends, windows_for
+from worker.windows import WindowKey, pane_start_of, window_ends, windows_for
 
 PANE = "pane|"
 SERIES = "series|"
@@ -56,6 +62,7 @@ class Admission:
     counted: int = 0  # window configurations (and segments) it was counted into
     late: bool = False  # at least one of its windows was already closed
     replay: bool = False  # already counted: nothing changed
+    late_cases: int = 0  # of a fold: the cases of its panes that were late
 
 
 @dataclass(frozen=True)
@@ -155,9 +162,7 @@ class WindowStore:
                 if watermark >= newest_end + self.grace:
                     continue  # all of them
             step = _step(config)
-            pane_start = math.floor(event_time / step) * step
-            while pane_start > event_time:  # float rounding at a boundary
-                pane_start -= step
+            pane_start = pane_start_of(event_time, step)
             pane_key = f"{PANE}{result.suite}|{segkey}|{name}|{pane_start!r}"
             stored = self._get(pane_key)
             state = (
@@ -181,6 +186,58 @@ class WindowStore:
         if replay and not counted:
             return Admission(replay=True)
         return Admission(counted=counted, late=late)
+
+    def add_fold(
+        self, partition: int, fold: Mapping[str, Any], segment: Mapping[str, str]
+    ) -> Admission:
+        """Merge a micro-batch's folded panes (`worker.pane_folds`) for `segment` into
+        each window configuration; a fold every offset of which the series has already
+        taken is one read again after a restart and changes nothing."""
+        suite = str(fold["suite"])
+        span: Mapping[str, int] = fold["span"]
+        segkey = aggregation.segment_key(segment)
+        aggregator = self.aggregators.get(suite)
+        watermark = self.watermark(partition).value()
+        counted = 0
+        late_panes: set[float] = set()
+        replay = False
+        for name, config in self.configs.items():
+            series_key = f"{SERIES}{suite}|{segkey}|{name}"
+            series = self._series_state(series_key, partition, suite, segment, config)
+            marks = series["high_water"]
+            if span and all(marks.get(source, -1) >= last for source, last in span.items()):
+                replay = True
+                continue
+            for source, last in span.items():
+                marks[source] = max(marks.get(source, -1), last)
+            self._pending[series_key] = series
+            step = _step(config)
+            for pane in fold["panes"]:
+                start = pane_folds.start_of(pane)
+                oldest_end, newest_end = window_ends(start, config)
+                if watermark is not None and watermark >= oldest_end + self.grace:
+                    late_panes.add(start)  # at least one of its windows is closed
+                    if watermark >= newest_end + self.grace:
+                        continue  # all of them
+                target = pane_start_of(start, step)
+                pane_key = f"{PANE}{suite}|{segkey}|{name}|{target!r}"
+                piece = copy.copy(pane)
+                piece["window"] = [step, None, target]
+                stored = self._get(pane_key)
+                empty = aggregation.initialise(
+                    suite, segment, WindowKey(step, None, target), self.reservoir_size
+                )
+                state = aggregation.merge(stored["state"] if stored else empty, piece, aggregator)
+                self._pending[pane_key] = {"state": state, "partition": partition}
+                self._index(partition).setdefault(series_key, set()).add(target)
+                self._dirty_panes.add(pane_key)
+                counted += 1
+        if replay and not counted:
+            return Admission(replay=True)
+        late_cases = sum(
+            pane_folds.count_of(p) for p in fold["panes"] if pane_folds.start_of(p) in late_panes
+        )
+        return Admission(counted=counted, late=bool(late_panes), late_cases=late_cases)
 
     # ---------------------------------------------------------------- emission
 

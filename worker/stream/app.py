@@ -34,13 +34,16 @@ from worker.scoring_suites import ScoringSuites
 from worker.stream.changelog_ends import exact_highwaters
 from worker.stream.context import StreamContext
 from worker.stream.durable_table import durable_table
-from worker.stream.publish import Publisher, StreamTopics
+from worker.stream.partitioner import partition_for_key
+from worker.stream.publish import Folding, Publisher, StreamTopics
 from worker.stream.scoring import ScoreStage
 from worker.stream.seek_guard import guard_seek
 from worker.stream.sessions import SessionStage
-from worker.stream.windows import WindowStage
+from worker.stream.windows import WindowStage, gate_windows
 from worker.suites.alignment.judge_client import SafetyJudge
+from worker.suites.registry import AGGREGATORS
 from worker.telemetry import Telemetry
+from worker.windows import pane_width
 
 log = logging.getLogger("scorestream")
 
@@ -73,6 +76,7 @@ def faust_settings(settings: Settings, broker: str) -> dict[str, Any]:
     }
     options["producer_max_request_size"] = settings.limits.max_output_bytes
     options["producer_linger"] = stream.producer_linger
+    options["producer_partitioner"] = partition_for_key  # Kafka's default, faster
     if stream.producer_max_batch_size is not None:
         options["producer_max_batch_size"] = stream.producer_max_batch_size
     options.update(faust_options(settings))  # TLS / SASL, replication
@@ -142,7 +146,9 @@ class ScorestreamApp:
             app, "inflight", partitions=partitions, key_type=str, extra_topic_configs=internal
         )
         judge = settings.alignment.judge
-        self.scoring = ScoreStage(context, app, self.inflight, self.ready)
+        width = pane_width(gate_windows(settings))
+        folding = None if width is None else Folding(width, AGGREGATORS, settings.reservoir_size)
+        self.scoring = ScoreStage(context, app, self.inflight, self.ready, folding)
         self.session_stage = SessionStage(
             context,
             self.sessions,
@@ -189,6 +195,10 @@ class ScorestreamApp:
             tp.partition for tp in self.app.consumer.assignment() if tp.topic == aggregate_input
         }
         self.window_stage.restore_gauges(owned_here)
+        try:
+            await self.window_stage.emit_due(owned_here)
+        except Exception:
+            log.exception("publishing interim aggregates failed")
 
     def worker(self, loglevel: str = "info") -> faust.Worker:
         """A Faust `Worker` running this app (it replaces the app's start-up hook with its

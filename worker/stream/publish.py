@@ -9,7 +9,9 @@ the records it covers.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 import orjson
@@ -19,6 +21,8 @@ from schemas.outputs import Aggregate, CaseResult, GateEvent
 from worker import aggregation, input_records
 from worker.config import Settings
 from worker.eventtime import Marker
+from worker.pane_folds import PaneFold
+from worker.suites.base import Scored, SuiteAggregator
 from worker.telemetry import Telemetry
 
 log = logging.getLogger("scorestream")
@@ -43,24 +47,92 @@ class StreamTopics:
     aggregate_input: TopicT  # results keyed by suite|segment, and markers
 
 
+@dataclass(frozen=True)
+class Folding:
+    """How the score stage folds a micro-batch's results per pane (`worker.pane_folds`)."""
+
+    width: float  # pane width (`worker.windows.pane_width` of the window configurations)
+    aggregators: Mapping[str, SuiteAggregator]
+    reservoir_size: int
+
+
+@dataclass
+class _KeyContributions:
+    segment: bytes  # the segment as JSON
+    cases: list[bytes] = field(default_factory=list)  # results sent one by one
+    fold: PaneFold | None = None  # results folded per pane
+    parts: dict[str, None] = field(default_factory=dict)  # or the union of these keys' folds
+    folded: list[bytes] = field(default_factory=list)  # the folded results, as a fallback
+
+
 class Contributions:
-    """Results collected for the aggregation stage during a micro-batch, per
-    suite|segment key, in order (see `Publisher.contribute`)."""
+    """What a micro-batch contributes to the aggregation stage, per suite|segment key, in
+    order (see `Publisher.contribute`): results read from an input partition at or past
+    its `fold_from` offset are folded per pane; the others go case by case.
 
-    def __init__(self) -> None:
-        self._by_key: dict[str, tuple[bytes, list[bytes]]] = {}
+    A result counts in the all-cases segment and in the segment of its labels; only the
+    latter is folded case by case, the all-cases fold is the union of those folds."""
 
-    def add(self, key: str, segment: bytes, value: bytes) -> None:
-        self._by_key.setdefault(key, (segment, []))[1].append(value)
+    def __init__(
+        self, folding: Folding | None = None, fold_from: Mapping[int, int] | None = None
+    ) -> None:
+        self.folding = folding
+        self.fold_from = fold_from or {}
+        self._by_key: dict[str, _KeyContributions] = {}
 
-    def items(self) -> list[tuple[str, tuple[bytes, list[bytes]]]]:
-        return list(self._by_key.items())
+    def add(
+        self,
+        result: CaseResult,
+        value: bytes,
+        segments: Sequence[tuple[str, Mapping[str, str], bytes]],
+        scored: Scored | None = None,
+    ) -> None:
+        """Collect a result for each of its segments: (key, segment, segment as JSON),
+        the all-cases segment first (`aggregation.segments_for`)."""
+        folding, source = self.folding, result.source
+        foldable = not (
+            folding is None
+            or source is None
+            or result.kind != "case"
+            or source.offset < self.fold_from.get(source.partition, math.inf)
+        )
+        labelled = segments[-1][0]  # the segment folded case by case
+        for key, segment, encoded in segments:
+            entry = self._by_key.get(key)
+            if entry is None:
+                entry = self._by_key[key] = _KeyContributions(encoded)
+            if not foldable:
+                entry.cases.append(value)
+                continue
+            entry.folded.append(value)
+            if key != labelled:
+                entry.parts[labelled] = None
+                continue
+            if entry.fold is None:
+                assert folding is not None
+                aggregator = folding.aggregators.get(result.suite)
+                entry.fold = PaneFold(
+                    result.suite, segment, folding.width, aggregator, folding.reservoir_size
+                )
+            entry.fold.add(result, scored)
+
+    def items(self) -> list[tuple[str, bytes, list[bytes], PaneFold | None, list[bytes]]]:
+        """Per key: (key, segment as JSON, results case by case, fold, folded results)."""
+        out = []
+        for key, entry in self._by_key.items():
+            fold = entry.fold
+            if entry.parts:
+                parts = [self._by_key[part].fold for part in entry.parts]
+                segment = orjson.loads(entry.segment)
+                fold = PaneFold.union([part for part in parts if part is not None], segment)
+            out.append((key, entry.segment, entry.cases, fold, entry.folded))
+        return out
 
     def clear(self) -> None:
         self._by_key.clear()
 
     def __len__(self) -> int:
-        return sum(len(values) for _, values in self._by_key.values())
+        return sum(len(entry.cases) + len(entry.folded) for entry in self._by_key.values())
 
 
 class OutputTooLarge(Exception):
@@ -78,6 +150,10 @@ class OutputTooLarge(Exception):
 # Bytes a record needs besides its key and value (record and batch headers), so a record
 # that passes the check is also accepted by the producer.
 RECORD_OVERHEAD = 512
+# A one-result contribution besides the segment and the result: `{"segment":…,"results":[…]}`
+CONTRIBUTION_OVERHEAD = len(b'{"segment":,"results":[]}')
+SEGMENT_CACHE_SIZE = 4096  # distinct (suite, segment) entries kept; then it starts over
+Segments = tuple[tuple[str, dict[str, str], bytes], ...]
 
 
 def marker_of(data: dict[str, object]) -> Marker | None:
@@ -93,6 +169,7 @@ class Publisher:
         self.topics = topics
         self.settings = settings
         self.telemetry = telemetry
+        self._segment_cache: dict[tuple[str, ...], Segments] = {}
 
     def check_size(self, topic: TopicT, key: bytes, value: bytes) -> None:
         """Raise `OutputTooLarge` when key and value do not fit one producer request."""
@@ -123,47 +200,69 @@ class Publisher:
         sent now, or collected in `batch` to go out combined with `contribute`. Every
         record is checked first: `OutputTooLarge` means none of them was sent."""
         value = result.model_dump_json().encode("utf-8")
-        outputs = [(self.topics.results, input_records.result_key(result.suite, result.id), value)]
-        segments = []
-        if aggregate:
-            for segment in aggregation.segments_for(
-                result.model, result.labels, self.settings.segment_by
-            ):
-                key = f"{result.suite}|{aggregation.segment_key(segment)}"
-                encoded = orjson.dumps(segment)
-                segments.append((key, encoded))
-                contribution = b'{"segment":' + encoded + b',"results":[' + value + b"]}"
-                outputs.append((self.topics.aggregate_input, key, contribution))
-        for topic, key, data in outputs:
-            self.check_size(topic, key.encode("utf-8"), data)
-        if batch is None:
-            for topic, key, data in outputs:
-                await self.send(topic, key, data)
+        key = input_records.result_key(result.suite, result.id).encode("utf-8")
+        self.check_size(self.topics.results, key, value)
+        segments = self._segments(result) if aggregate else ()
+        for segment_key, _, encoded in segments:  # each as a one-result contribution
+            size = len(segment_key) + len(encoded) + len(value) + CONTRIBUTION_OVERHEAD
+            if size + RECORD_OVERHEAD > self.settings.limits.max_output_bytes:
+                topic = self.topics.aggregate_input.get_topic_name()
+                raise OutputTooLarge(topic, size, self.settings.limits.max_output_bytes)
+        await self.send(self.topics.results, key, value)
+        if batch is not None:
+            scored = aggregation.scored_from(result) if batch.folding is not None else None
+            batch.add(result, value, segments, scored)
             return
-        topic, key, data = outputs[0]
-        await self.send(topic, key, data)
-        for key, encoded in segments:
-            batch.add(key, encoded, value)
+        for segment_key, _, encoded in segments:
+            contribution = b'{"segment":' + encoded + b',"results":[' + value + b"]}"
+            await self.send(self.topics.aggregate_input, segment_key, contribution)
+
+    def _segments(self, result: CaseResult) -> Segments:
+        """(key, segment, segment as JSON) of each segment a result counts in."""
+        segments = aggregation.segments_for(result.model, result.labels, self.settings.segment_by)
+        cache_key = (result.suite, *segments[-1].values())
+        known = self._segment_cache.get(cache_key)
+        if known is None:
+            if len(self._segment_cache) >= SEGMENT_CACHE_SIZE:
+                self._segment_cache.clear()
+            known = self._segment_cache[cache_key] = tuple(
+                (
+                    f"{result.suite}|{aggregation.segment_key(segment)}",
+                    segment,
+                    orjson.dumps(segment),
+                )
+                for segment in segments
+            )
+        return known
 
     async def contribute(self, batch: Contributions) -> None:
-        """Send a micro-batch's contributions: one record per suite|segment key (split
-        where one would exceed `limits.max_output_bytes`)."""
-        limit = self.settings.limits.max_output_bytes - RECORD_OVERHEAD
-        for key, (segment, values) in batch.items():
-            head = b'{"segment":' + segment + b',"results":['
-            chunk: list[bytes] = []
-            size = len(head) + len(key) + 2
-            for value in values:
-                if chunk and size + len(value) + 1 > limit:
-                    await self.send(
-                        self.topics.aggregate_input, key, head + b",".join(chunk) + b"]}"
-                    )
-                    chunk, size = [], len(head) + len(key) + 2
-                chunk.append(value)
-                size += len(value) + 1
-            if chunk:
-                await self.send(self.topics.aggregate_input, key, head + b",".join(chunk) + b"]}")
+        """Send a micro-batch's contributions per suite|segment key: its results sent case
+        by case (split where one record would exceed `limits.max_output_bytes`), then its
+        fold, one record (or, should that not fit, the fold's results case by case)."""
+        for key, segment, cases, fold, folded in batch.items():
+            await self._send_cases(key, segment, cases)
+            if fold is None:
+                continue
+            value = b'{"segment":' + segment + b',"fold":' + orjson.dumps(fold.to_json()) + b"}"
+            try:
+                await self.send(self.topics.aggregate_input, key, value)
+            except OutputTooLarge:
+                await self._send_cases(key, segment, folded)
         batch.clear()
+
+    async def _send_cases(self, key: str, segment: bytes, values: list[bytes]) -> None:
+        limit = self.settings.limits.max_output_bytes - RECORD_OVERHEAD
+        head = b'{"segment":' + segment + b',"results":['
+        chunk: list[bytes] = []
+        size = len(head) + len(key) + 2
+        for value in values:
+            if chunk and size + len(value) + 1 > limit:
+                await self.send(self.topics.aggregate_input, key, head + b",".join(chunk) + b"]}")
+                chunk, size = [], len(head) + len(key) + 2
+            chunk.append(value)
+            size += len(value) + 1
+        if chunk:
+            await self.send(self.topics.aggregate_input, key, head + b",".join(chunk) + b"]}")
 
     async def turn(self, session_id: str, value: bytes) -> None:
         """Forward an alignment record to the session stage, keyed by its session."""

@@ -21,7 +21,7 @@ from worker import input_records
 from worker.eventtime import Marker, PartitionClock
 from worker.stream.context import StreamContext, event_context, source_position
 from worker.stream.inflight import InflightGuard
-from worker.stream.publish import Contributions, OutputTooLarge
+from worker.stream.publish import Contributions, Folding, OutputTooLarge
 from worker.unknown_fields import unknown_fields, with_unknown_fields
 
 log = logging.getLogger("scorestream")
@@ -40,8 +40,16 @@ class ScoreStage:
         app: AppT,
         inflight: MutableMapping[str, Any] | None = None,
         ready: asyncio.Event | None = None,
+        folding: Folding | None = None,
     ) -> None:
         self.context = context
+        # Results are folded per pane only from each input partition's `fold_from` on:
+        # its high watermark when this worker first saw it after an assignment. Nothing
+        # there can have been contributed by an earlier owner (or by this worker before
+        # a rebalance), so a fold never overlaps what the windows counted; the records
+        # before it go case by case and the windows' per-offset dedupe sorts out replays.
+        self.folding = folding
+        self.fold_from: dict[int, int] = {}
         self.app = app
         self.ready = ready  # set once the worker started: the producer flushes from then
         # In-flight marks per input partition (a changelog table: it survives a crash).
@@ -67,7 +75,10 @@ class ScoreStage:
         suite|segment; only then does each partition's progress count the batch (its
         markers must follow the contributions they cover)."""
         careful = await self._guard_batch(events)
-        batch = Contributions()
+        if self.folding is not None:
+            for partition in {event.message.partition for event in events}:
+                self._learn_fold_from(partition)
+        batch = Contributions(self.folding, self.fold_from)
         done: list[tuple[input_records.SourcePosition, datetime | None]] = []
         for event in events:
             source = source_position(event)
@@ -251,6 +262,20 @@ class ScoreStage:
         """After a rebalance: the partitions this worker reads may have changed."""
         self.clocks.clear()
         self.sent.clear()
+        self.fold_from.clear()
+
+    def _learn_fold_from(self, partition: int) -> None:
+        """Set `fold_from` of an input partition to its high watermark as this worker's
+        fetches report it (unknown yet: its results go case by case for now)."""
+        if partition in self.fold_from:
+            return
+        try:
+            tp = TP(self.settings.topics.input, partition)
+            highwater = self.app.consumer.highwater(tp)
+        except Exception:  # no consumer (tests) or revoked meanwhile: not folded yet
+            return
+        if highwater is not None:
+            self.fold_from[partition] = int(highwater)
 
     async def send_progress(self) -> None:
         """Send a marker for every assigned input partition whose progress moved (or was
@@ -274,6 +299,8 @@ class ScoreStage:
                 highwater = consumer.highwater(tp)
             except Exception:  # revoked meanwhile (a rebalance): the next tick sees it
                 continue
+            if self.folding is not None and highwater is not None:
+                self.fold_from.setdefault(tp.partition, int(highwater))
             clock.follow_wall_clock(now, highwater, self.settings.idle_timeout)
             if clock.progress is None:
                 continue

@@ -94,6 +94,8 @@ class WindowStage:
                 continue
             with event_context(last):
                 self.store.flush(partition)
+        for partition in sorted(last_of):  # what changed, without waiting for a marker
+            await self._emit_interim(partition)
 
     async def process(self, event: EventT) -> None:
         data = orjson.loads(event.value)
@@ -101,6 +103,12 @@ class WindowStage:
         marker = marker_of(data)
         if marker is not None:
             await self.on_marker(partition, marker)
+            return
+        fold = data.get("fold")
+        if fold is not None:
+            admission = self.store.add_fold(partition, fold, data["segment"])
+            if admission.late_cases and data["segment"] == {}:
+                self.context.telemetry.record_late(str(fold["suite"]), admission.late_cases)
             return
         for item in data.get("results") or [data["result"]]:
             result = _result_of(item)
@@ -117,6 +125,17 @@ class WindowStage:
         if watermark is not None and watermark != self.last_watermark.get(partition):
             self.last_watermark[partition] = watermark
             await self._resolve_stale_gates(partition, watermark)
+        await self._emit_interim(partition)
+
+    async def emit_due(self, partitions: set[int]) -> None:
+        """From the timer: publish what changed in these (owned) partitions once their
+        interval has passed, so the last changes of a burst need not wait for a record."""
+        for partition in sorted(partitions):
+            await self._emit_interim(partition)
+
+    async def _emit_interim(self, partition: int) -> None:
+        """Publish the interim aggregates of the partition's changed windows, at most once
+        per `aggregate_emit_interval`."""
         now = self.context.clock()
         if now - self.last_interim.get(partition, 0.0) >= self.settings.aggregate_emit_interval:
             self.last_interim[partition] = now
