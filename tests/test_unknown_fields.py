@@ -118,3 +118,37 @@ def test_score_reports_unknown_fields_in_the_result_details(tmp_path: Path) -> N
     safe = _score(envelope, "--format", "json", cwd=tmp_path)
     [result] = json.loads(safe.stdout)["results"]
     assert result["details"]["unknown_fields"] == ["output.signal"]
+
+
+def _with_a_stray_key_everywhere(value: object, path: str, planted: list[str]) -> object:
+    """`value` with a key `zz_stray` added to every object in it (paths in `planted`)."""
+    if isinstance(value, dict):
+        out = {k: _with_a_stray_key_everywhere(v, f"{path}{k}.", planted) for k, v in value.items()}
+        out["zz_stray"] = 1
+        planted.append(f"{path}zz_stray")
+        return out
+    if isinstance(value, list):
+        return [
+            _with_a_stray_key_everywhere(item, f"{path}{index}.", planted)
+            for index, item in enumerate(value)
+        ]
+    return value
+
+
+def test_an_unknown_key_is_found_at_every_depth_of_every_example_payload() -> None:
+    """The walk skips fields whose type cannot hold a model; it must still find a stray
+    key in every object the payload models read (free-form JSON fields excepted)."""
+    from worker.input_records import decode_record
+
+    checked = 0
+    for suite in ("safe", "extraction", "alignment"):
+        path = ROOT / "examples" / suite / "envelopes.jsonl"
+        for line in path.read_text().splitlines():
+            envelope = json.loads(line)
+            planted: list[str] = []
+            envelope["payload"] = _with_a_stray_key_everywhere(envelope["payload"], "", planted)
+            record = decode_record(json.dumps(envelope).encode(), 10_000_000)
+            found = unknown_fields(record.payload)
+            assert sorted(found) == sorted(planted), (suite, envelope["id"])
+            checked += len(planted)
+    assert checked > 100

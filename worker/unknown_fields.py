@@ -8,9 +8,11 @@ and `with_unknown_fields` puts them into a result's `details.unknown_fields`.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+import functools
+from collections.abc import Collection, Sequence
 from dataclasses import replace
-from typing import Any
+from types import UnionType
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 from pydantic import BaseModel, JsonValue
 
@@ -21,11 +23,41 @@ DETAIL_KEY = "unknown_fields"
 NATIVE_ROW_KEYS: frozenset[str] = frozenset({"id"})
 
 
+def _may_hold_models(annotation: Any) -> bool:
+    """Whether a field of this type can hold a model, directly or in a list (unknown
+    kinds of type are assumed to)."""
+    if annotation is None or annotation is type(None):
+        return False
+    if isinstance(annotation, type):
+        if issubclass(annotation, BaseModel | list | tuple):
+            return True
+        return not issubclass(annotation, str | int | float | bool | bytes | dict)
+    origin = get_origin(annotation)
+    if origin is Annotated:
+        return _may_hold_models(get_args(annotation)[0])
+    if origin is Literal:
+        return False
+    if origin in (Union, UnionType):
+        return any(_may_hold_models(arg) for arg in get_args(annotation))
+    if origin in (list, tuple, Sequence) and get_args(annotation):
+        return any(_may_hold_models(arg) for arg in get_args(annotation) if arg is not ...)
+    # the walk does not go into mappings
+    return not (isinstance(origin, type) and issubclass(origin, dict))
+
+
+@functools.cache
+def _nested_fields(model: type[BaseModel]) -> tuple[str, ...]:
+    """The fields of `model` that can hold models (the only ones worth walking into)."""
+    return tuple(
+        name for name, info in model.model_fields.items() if _may_hold_models(info.annotation)
+    )
+
+
 def _walk(value: Any, prefix: str, found: list[str]) -> None:
     if isinstance(value, BaseModel):
         for key in sorted(value.model_extra or {}):
             found.append(f"{prefix}{key}")
-        for name in type(value).model_fields:
+        for name in _nested_fields(type(value)):
             field = getattr(value, name)
             if isinstance(field, _NESTED):  # only models and lists can hold models
                 _walk(field, f"{prefix}{name}.", found)
