@@ -53,3 +53,36 @@ def test_only_the_range_the_worker_died_in_goes_record_by_record() -> None:
         True,
         False,
     ]
+
+
+def test_a_replay_whose_first_batch_ends_before_the_crash_still_finds_the_poison() -> None:
+    """The CI failure: after the second crash (on offset 2) the next worker's first batch
+    held offset 1 only; it used to overwrite the mark, and the poison ran a third time."""
+    marks: dict[str, Any] = {}
+    InflightGuard(marks, limit=2).begin_batch(KEY, 0, 3)  # dies on offset 2
+    second = InflightGuard(marks, limit=2)
+    assert second.begin_batch(KEY, 0, 3)
+    assert [second.begin_record(KEY, offset) for offset in (0, 1, 2)] == [2, 2, 2]  # dies
+    third = InflightGuard(marks, limit=2)
+    assert not third.begin_batch(KEY, 1, 1)  # committed up to 1: a batch before the crash
+    third.end(KEY)
+    assert third.begin_batch(KEY, 2, 3)  # the crashed offset: record by record again
+    assert third.is_suspect(KEY, 2) and not third.is_suspect(KEY, 3)
+    assert third.begin_record(KEY, 2) == 3  # over the limit: a poison pill
+    assert marks[KEY]["done"]
+    assert not InflightGuard(marks, limit=2).begin_batch(KEY, 4, 9)  # past it: forgotten
+    assert "ahead" not in marks[KEY]
+
+
+def test_a_crash_before_a_range_kept_ahead_does_not_forget_it() -> None:
+    marks: dict[str, Any] = {"in|0": {"first": 5, "last": 5, "attempts": 2, "done": False}}
+    first = InflightGuard(marks, limit=2)
+    assert not first.begin_batch(KEY, 1, 2)  # dies on offset 2 this time
+    second = InflightGuard(marks, limit=2)
+    assert second.begin_batch(KEY, 1, 9)
+    assert [second.is_suspect(KEY, o) for o in (1, 2, 3, 5)] == [True, True, False, True]
+    assert second.begin_record(KEY, 2) == 2  # and dies again on it
+    third = InflightGuard(marks, limit=2)
+    assert third.begin_batch(KEY, 2, 9)
+    assert third.begin_record(KEY, 2) == 3  # a poison pill
+    assert third.begin_record(KEY, 5) == 3  # the older one, still remembered

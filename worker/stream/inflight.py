@@ -18,38 +18,42 @@ from typing import Any
 
 
 class InflightGuard:
-    """Marks `{key: {"first", "last", "attempts", "done"}}`, one key per input partition."""
+    """Marks `{key: {"first", "last", "attempts", "done", "ahead"?}}`, one key per input
+    partition (`ahead`: an unfinished range not reached yet, see `begin_batch`)."""
 
     def __init__(self, marks: MutableMapping[str, Any], limit: int) -> None:
         self.marks = marks
         self.limit = limit
-        self.suspect: dict[str, dict[str, Any]] = {}  # the unfinished range found, per key
+        self.suspect: dict[str, list[dict[str, Any]]] = {}  # unfinished ranges found, per key
 
     def begin_batch(self, key: str, first: int, last: int) -> bool:
         """Mark `[first, last]` in flight; True (and nothing marked) when it overlaps an
-        unfinished range: the caller then goes record by record (`begin_record`)."""
-        mark = self.marks.get(key)
-        if isinstance(mark, dict) and _overlaps(mark, first, last):
-            self.suspect[key] = dict(mark)
+        unfinished range: the caller then goes record by record (`begin_record`). An
+        unfinished range the batch ends before (a replay can start behind it) is kept in
+        the new mark as `ahead`, so reaching it later still goes record by record."""
+        crashed = _unfinished_ranges(self.marks.get(key))
+        if any(found["first"] <= last and first <= found["last"] for found in crashed):
+            self.suspect[key] = crashed
             return True
         self.suspect.pop(key, None)
-        self.marks[key] = {"first": first, "last": last, "attempts": 1, "done": False}
+        self.marks[key] = _with_ahead(
+            {"first": first, "last": last, "attempts": 1, "done": False}, crashed
+        )
         return False
 
     def is_suspect(self, key: str, offset: int) -> bool:
-        """Whether `offset` lies in the range the worker died in (after `begin_batch`)."""
-        crashed = self.suspect.get(key)
-        return crashed is not None and crashed["first"] <= offset <= crashed["last"]
+        """Whether `offset` lies in a range the worker died in (after `begin_batch`)."""
+        return _containing(self.suspect.get(key, []), offset) is not None
 
     def begin_record(self, key: str, offset: int) -> int:
         """Mark one record in flight; its attempt number (this one included). Above
         `limit`, the record is a poison pill and is marked done instead."""
-        attempts = 1
-        crashed = self.suspect.get(key)
-        if crashed is not None and crashed["first"] <= offset <= crashed["last"]:
-            attempts = int(crashed["attempts"]) + 1
+        crashed = self.suspect.get(key, [])
+        found = _containing(crashed, offset)
+        attempts = 1 if found is None else int(found["attempts"]) + 1
         done = attempts > self.limit
-        self.marks[key] = {"first": offset, "last": offset, "attempts": attempts, "done": done}
+        mark = {"first": offset, "last": offset, "attempts": attempts, "done": done}
+        self.marks[key] = _with_ahead(mark, crashed)
         return attempts
 
     def end(self, key: str) -> None:
@@ -63,9 +67,27 @@ def _unfinished(mark: Any) -> bool:
     return isinstance(mark, dict) and not mark.get("done", True) and "first" in mark
 
 
-def _overlaps(mark: Any, first: int, last: int) -> bool:
-    """Whether `mark` is an unfinished range that overlaps `[first, last]`."""
-    return _unfinished(mark) and mark["first"] <= last and first <= mark["last"]
+def _unfinished_ranges(mark: Any) -> list[dict[str, Any]]:
+    """The ranges a mark says the worker died in: its own when unfinished, and the one
+    it keeps `ahead` of the reader."""
+    found = []
+    if _unfinished(mark):
+        found.append({name: mark[name] for name in ("first", "last", "attempts")})
+    if isinstance(mark, dict) and isinstance(mark.get("ahead"), dict):
+        found.append(dict(mark["ahead"]))
+    return found
+
+
+def _containing(ranges: list[dict[str, Any]], offset: int) -> dict[str, Any] | None:
+    return next((found for found in ranges if found["first"] <= offset <= found["last"]), None)
+
+
+def _with_ahead(mark: dict[str, Any], crashed: list[dict[str, Any]]) -> dict[str, Any]:
+    """`mark`, keeping the nearest crashed range that lies beyond it as `ahead`."""
+    ahead = [found for found in crashed if found["first"] > mark["last"]]
+    if ahead:
+        mark["ahead"] = min(ahead, key=lambda found: int(found["first"]))
+    return mark
 
 
 __all__ = ["InflightGuard"]
