@@ -299,8 +299,8 @@ class ScoreStage:
                 highwater = consumer.highwater(tp)
             except Exception:  # revoked meanwhile (a rebalance): the next tick sees it
                 continue
-            if self.folding is not None and highwater is not None:
-                self.fold_from.setdefault(tp.partition, int(highwater))
+            if self.folding is not None:  # early: a quiet partition's live records fold
+                self._learn_fold_from(tp.partition)
             clock.follow_wall_clock(now, highwater, self.settings.idle_timeout)
             if clock.progress is None:
                 continue
