@@ -18,7 +18,9 @@ class FakeConsumer:
         self.calls: list[Any] = []
         self.committed = committed
         self.app = SimpleNamespace(conf=SimpleNamespace(consumer_auto_offset_reset=reset))
-        self._thread = SimpleNamespace(seek_to_beginning=self._seek_to_beginning)
+        self._thread = SimpleNamespace(
+            earliest_offsets=self._earliest_offsets, seek_wait=self._seek_wait
+        )
 
     def stop_flow(self) -> None:
         self.calls.append("stop_flow")
@@ -27,8 +29,11 @@ class FakeConsumer:
         self.calls.append("seek_to_committed")
         return self.committed
 
-    async def _seek_to_beginning(self, *partitions: TopicPartition) -> None:
-        self.calls.append(("seek_to_beginning", sorted(partitions)))
+    async def _earliest_offsets(self, *partitions: TopicPartition) -> dict[TopicPartition, int]:
+        return {tp: 5 * tp.partition for tp in partitions}  # retention deleted some
+
+    async def _seek_wait(self, positions: dict[TopicPartition, int]) -> None:
+        self.calls.append(("seek", positions))
 
 
 INPUT = [TopicPartition("in", p) for p in range(3)]
@@ -43,7 +48,7 @@ async def test_the_flow_stops_before_the_seek_and_uncommitted_inputs_start_over(
     assert consumer.calls == [
         "stop_flow",
         "seek_to_committed",
-        ("seek_to_beginning", [INPUT[1], INPUT[2]]),  # never the changelog
+        ("seek", {INPUT[1]: 5, INPUT[2]: 10}),  # to their earliest offsets; never the changelog
     ]
 
 

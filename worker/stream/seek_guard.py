@@ -39,7 +39,11 @@ def guard_seek(consumer: Any, stream_topics: Collection[str]) -> None:
             fresh = [tp for tp, offset in committed.items() if not offset and tp.topic in topics]
             if fresh:
                 log.debug("no committed offset: reading %s from the beginning", fresh)
-                await consumer._thread.seek_to_beginning(*fresh)
+                # To the earliest offset itself, not `seek_to_beginning`: that leaves the
+                # position unset until the fetcher resets it, and Faust's livelock check,
+                # which reads every assigned position, crashes the consumer meanwhile.
+                earliest = await consumer._thread.earliest_offsets(*fresh)
+                await consumer._thread.seek_wait({tp: earliest.get(tp, 0) for tp in fresh})
         return committed
 
     consumer.seek_to_committed = guarded
