@@ -214,8 +214,7 @@ class Publisher:
             batch.add(result, value, segments, scored)
             return
         for segment_key, _, encoded in segments:
-            contribution = b'{"segment":' + encoded + b',"results":[' + value + b"]}"
-            await self.send(self.topics.aggregate_input, segment_key, contribution)
+            await self._send_cases(segment_key, encoded, [value])
 
     def _segments(self, result: CaseResult) -> Segments:
         """(key, segment, segment as JSON) of each segment a result counts in."""
