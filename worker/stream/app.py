@@ -34,6 +34,7 @@ from worker.scoring_suites import ScoringSuites
 from worker.stream.changelog_ends import exact_highwaters
 from worker.stream.context import StreamContext
 from worker.stream.durable_table import durable_table
+from worker.stream.eager_delivery import deliver_eagerly
 from worker.stream.partitioner import partition_for_key
 from worker.stream.publish import Folding, Publisher, StreamTopics
 from worker.stream.scoring import ScoreStage
@@ -169,6 +170,7 @@ class ScorestreamApp:
             )
         streams = (self.topics.input, self.topics.turns, self.topics.aggregate_input)
         guard_seek(app.consumer, {topic.get_topic_name() for topic in streams})
+        deliver_eagerly(app.consumer)
         app.on_partitions_revoked.connect(self._on_revoked)
 
     async def _on_ready(self) -> None:
