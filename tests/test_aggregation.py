@@ -339,3 +339,23 @@ def _ci_result(index: int, value: float) -> CaseResult:
         },
         strict=False,
     )
+
+
+@settings(max_examples=60, deadline=None)
+@given(results=result_lists(), data=st.data())
+def test_merging_samples_of_different_capacities_keeps_the_smallest_keys_of_the_union(
+    results: list[CaseResult], data: st.DataObject
+) -> None:
+    from worker.stats import Reservoir
+
+    sides = data.draw(st.lists(st.booleans(), min_size=len(results), max_size=len(results)))
+    small, large = data.draw(st.integers(1, 6)), data.draw(st.integers(1, 6))
+    left = fold([item for item, side in zip(results, sides, strict=True) if side], small)
+    right = fold([item for item, side in zip(results, sides, strict=True) if not side], large)
+    merged = agg.merge(left, right, FAKE)
+    for metric in merged["samples"]:
+        expected = Reservoir.from_json(left["samples"].get(metric, Reservoir(small).to_json()))
+        expected = expected.merge(
+            Reservoir.from_json(right["samples"].get(metric, Reservoir(large).to_json()))
+        )
+        assert merged["samples"][metric]["items"] == expected.items

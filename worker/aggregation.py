@@ -368,12 +368,39 @@ def drilldown_metrics(suite: str, extra: Sequence[str] = ()) -> list[str]:
 def _merge_samples(
     left: dict[str, Any] | None, right: dict[str, Any] | None, capacity: int
 ) -> dict[str, Any]:
-    empty = Reservoir(capacity).to_json()
-    merged = Reservoir.from_json(left or empty).merge(Reservoir.from_json(right or empty))
-    data: dict[str, Any] = {"capacity": capacity, "items": merged.items}
-    if len(merged.items) >= capacity:
-        _index_sample(data)
-    return data
+    """`Reservoir.merge` of two samples (the `capacity` smallest keys of the union, the
+    right side's value for an id in both), indexed when full (`order`, `cutoff`).
+
+    When one side is full at `capacity` and indexed, its sorted `order` is kept and only
+    the other side's ids below its cutoff are inserted: a full window taking in a fold
+    looks up a key per id of the fold, not per id of both."""
+    sides = [side for side in (left, right) if side is not None]
+    items: dict[str, float] = {}
+    for side in sides:
+        items.update(side["items"])
+    if len(items) < capacity:
+        return {"capacity": capacity, "items": items}
+    # (a side holds at most its own capacity, and `capacity` is the larger of the two)
+    full = [side for side in sides if "order" in side and len(side["items"]) >= capacity]
+    if full:
+        kept = full[0]
+        order = list(kept["order"])
+        cutoff = kept["cutoff"]
+        for side in sides:
+            if side is kept:
+                continue
+            for ident in side["items"]:
+                if ident not in kept["items"] and sample_key(ident) <= cutoff:
+                    insort(order, ident, key=sample_key)
+        del order[capacity:]
+    else:
+        order = sorted(items, key=sample_key)[:capacity]
+    return {
+        "capacity": capacity,
+        "items": {ident: items[ident] for ident in order},
+        "order": order,
+        "cutoff": sample_key(order[-1]),
+    }
 
 
 def _add_counts(left: Mapping[str, int], right: Mapping[str, int]) -> dict[str, int]:
