@@ -28,12 +28,17 @@ class Harness:
         self.scorer = ScorestreamApp(settings, "kafka://127.0.0.1:1", suites=suites)
         self.sent: list[tuple[str, str, Any]] = []
         self.scorer.publisher.send = self._record  # type: ignore[method-assign]
+        self.scorer.publisher.send_records = self._record_all  # type: ignore[method-assign]
 
     async def _record(
         self, topic: Any, key: str | bytes, value: bytes, partition: int | None = None
     ) -> None:
         text = key.decode() if isinstance(key, bytes) else key
         self.sent.append((topic.get_topic_name(), text, orjson.loads(value)))
+
+    async def _record_all(self, topic: Any, records: list[tuple[bytes, bytes]]) -> None:
+        for key, value in records:
+            await self._record(topic, key, value)
 
     def agent(self, name: str) -> Any:
         return self.scorer.app.agents[name]

@@ -22,6 +22,7 @@ from worker import aggregation, input_records
 from worker.config import Settings
 from worker.eventtime import Marker
 from worker.pane_folds import PaneFold
+from worker.stream.record_batches import send_batches
 from worker.suites.base import Scored, SuiteAggregator
 from worker.telemetry import Telemetry
 
@@ -78,6 +79,7 @@ class Contributions:
     ) -> None:
         self.folding = folding
         self.fold_from = fold_from or {}
+        self.results: list[tuple[bytes, bytes]] = []  # (key, value) of each result
         self._by_key: dict[str, _KeyContributions] = {}
 
     def add(
@@ -129,6 +131,7 @@ class Contributions:
         return out
 
     def clear(self) -> None:
+        self.results.clear()
         self._by_key.clear()
 
     def __len__(self) -> int:
@@ -190,6 +193,12 @@ class Publisher:
         producer = topic.app.producer
         await producer.send(topic.get_topic_name(), raw_key, value, partition, None, None)
 
+    async def send_records(self, topic: TopicT, records: Sequence[tuple[bytes, bytes]]) -> None:
+        """Produce records already checked with `check_size`, in order, as one record
+        batch per partition (`record_batches`)."""
+        producer = topic.app.producer._ensure_producer()  # type: ignore[attr-defined]
+        await send_batches(producer, topic.get_topic_name(), records)
+
     async def result(
         self,
         result: CaseResult,
@@ -197,8 +206,9 @@ class Publisher:
         batch: Contributions | None = None,
     ) -> None:
         """Publish a result and, when windows count it, its per-segment contributions:
-        sent now, or collected in `batch` to go out combined with `contribute`. Every
-        record is checked first: `OutputTooLarge` means none of them was sent."""
+        sent now, or collected in `batch` to go out with the batch's (`contribute`).
+        Every record is checked first: `OutputTooLarge` means none of them was sent or
+        collected."""
         value = result.model_dump_json().encode("utf-8")
         key = input_records.result_key(result.suite, result.id).encode("utf-8")
         self.check_size(self.topics.results, key, value)
@@ -208,11 +218,12 @@ class Publisher:
             if size + RECORD_OVERHEAD > self.settings.limits.max_output_bytes:
                 topic = self.topics.aggregate_input.get_topic_name()
                 raise OutputTooLarge(topic, size, self.settings.limits.max_output_bytes)
-        await self.send(self.topics.results, key, value)
         if batch is not None:
+            batch.results.append((key, value))
             scored = aggregation.scored_from(result) if batch.folding is not None else None
             batch.add(result, value, segments, scored)
             return
+        await self.send(self.topics.results, key, value)
         for segment_key, _, encoded in segments:
             await self._send_cases(segment_key, encoded, [value])
 
@@ -235,9 +246,11 @@ class Publisher:
         return known
 
     async def contribute(self, batch: Contributions) -> None:
-        """Send a micro-batch's contributions per suite|segment key: its results sent case
-        by case (split where one record would exceed `limits.max_output_bytes`), then its
-        fold, one record (or, should that not fit, the fold's results case by case)."""
+        """Send a micro-batch's results (one record batch per partition), then its
+        contributions per suite|segment key: the results sent case by case (split where
+        one record would exceed `limits.max_output_bytes`), then the fold, one record (or,
+        should that not fit, the fold's results case by case)."""
+        await self.send_records(self.topics.results, batch.results)
         for key, segment, cases, fold, folded in batch.items():
             await self._send_cases(key, segment, cases)
             if fold is None:

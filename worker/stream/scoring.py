@@ -70,10 +70,10 @@ class ScoreStage:
             await self.process_batch(list(events))
 
     async def process_batch(self, events: list[EventT]) -> None:
-        """Score a micro-batch in order. Results go out as each record is scored; the
-        batch's contributions to the windows go out combined, one record per
-        suite|segment; only then does each partition's progress count the batch (its
-        markers must follow the contributions they cover)."""
+        """Score a micro-batch in order. Its results go out together at the end, one
+        record batch per partition, then its contributions to the windows, combined
+        into one record per suite|segment; only then does each partition's progress
+        count the batch (its markers must follow the contributions they cover)."""
         careful = await self._guard_batch(events)
         if self.folding is not None:
             for partition in {event.message.partition for event in events}:

@@ -1,0 +1,36 @@
+"""Produces many records to one topic as one Kafka record batch per partition.
+
+aiokafka's `send` costs about 45 µs of CPU a record on these machines (a future, a
+partitioner call and an accumulator append each); appending the records to a
+`BatchBuilder` per partition and submitting each with `send_batch` costs about 20.
+Records keep their order within a partition, the producer's partitioner picks the
+partition, and the batches go through the producer's accumulator, so a flush of the
+producer (Faust's, before it commits input offsets) waits for them too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+
+async def send_batches(producer: Any, topic: str, records: Sequence[tuple[bytes, bytes]]) -> None:
+    """Produce `(key, value)` records to `topic` through a started `AIOKafkaProducer`."""
+    if not records:
+        return
+    await producer.client._wait_on_metadata(topic)  # the partitions, for the partitioner
+    builders: dict[int, Any] = {}
+    for key, value in records:
+        partition = producer._partition(topic, None, None, None, key, value)
+        builder = builders.get(partition)
+        if builder is None:
+            builder = builders[partition] = producer.create_batch()
+        if builder.append(timestamp=None, key=key, value=value) is None:  # full: send it
+            await producer.send_batch(builder, topic, partition=partition)
+            builder = builders[partition] = producer.create_batch()
+            builder.append(timestamp=None, key=key, value=value)  # a first record always fits
+    for partition, builder in builders.items():
+        await producer.send_batch(builder, topic, partition=partition)
+
+
+__all__ = ["send_batches"]
