@@ -389,8 +389,13 @@ def _merge_samples(
         for side in sides:
             if side is kept:
                 continue
-            for ident in side["items"]:
-                if ident not in kept["items"] and sample_key(ident) <= cutoff:
+            for ident in side.get("order", side["items"]):  # ascending keys, when indexed
+                key = sample_key(ident)
+                if key > cutoff:
+                    if "order" in side:
+                        break  # the rest are larger still
+                    continue
+                if ident not in kept["items"]:
                     insort(order, ident, key=sample_key)
         del order[capacity:]
     else:
