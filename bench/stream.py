@@ -6,15 +6,17 @@ For each suite: produce N records of that suite to the input topic of a running 
 (`ScorestreamApp`, in this process) and read the results back; throughput is N over the
 time from the first produce to the last result, latency is measured from each record's
 produce to its result's arrival, and from the result's own `latency_ms` (received ->
-scored inside the worker). Next to it, the baselines on the same records:
+scored inside the worker). Next to it, the baselines on the same kind of records, each
+measured right before and right after the worker and averaged (the machine is shared):
 
 - alignment: raw batched `MiniLMEmbedder.encode` of the same assistant texts (target:
   the worker reaches at least 0.9x of it);
 - safe and extraction: a plain aiokafka consume -> decode -> score -> produce loop with
-  the same scoring functions and no Faust (target: at least 0.3x of it).
+  the same scoring functions and no Faust (target: at least 0.3x of it; the windows
+  must count cases at 0.5x of its rate or more).
 
 Alignment records are assistant turns of 4-turn sessions (the last turn closes the
-session); its throughput counts turns. Three rounds and the growth table take about 5
+session); its throughput counts turns. Three rounds and the growth table take about 6
 minutes on 2 cores.
 """
 
@@ -700,8 +702,9 @@ async def measure(
     counts: dict[str, int],
     suites: list[str],
 ) -> list[dict[str, Any]]:
-    """One round: per suite, its baseline and then the (idle until then) worker on fresh
-    records, so that both see the machine in the same state."""
+    """One round: per suite, the (idle until then) worker on fresh records, with its
+    baseline measured right before and right after it and averaged, so that a burst of
+    load from elsewhere on this shared machine weighs on both sides alike."""
     settings = scorer.settings
     rows: list[dict[str, Any]] = []
     for suite in suites:
@@ -722,7 +725,11 @@ async def measure(
             row = {"baseline": f"raw encode (batch {args.batch})", "baseline_rate": rate}
             row["baseline_run"] = None
         else:
-            row = {"baseline": "raw aiokafka loop", "baseline_rate": base.throughput}
+            print(f"  baseline again: raw aiokafka loop, {suite} x {counts[suite]} ...")
+            again = make_records(suite, counts[suite], f"a{now:.3f}", now)
+            after = await raw_loop(bootstrap, scoring_suites, settings, suite, again)
+            rate = (base.throughput + after.throughput) / 2
+            row = {"baseline": "raw aiokafka loop", "baseline_rate": rate}
             row["baseline_run"] = base
         rows.append({"suite": suite, "worker": run, **row})
     return rows
