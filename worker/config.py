@@ -180,7 +180,7 @@ class TopicNames(Section):
 
 class StreamSettings(Section):
     """Kafka client and Faust tuning. Defaults suit Apache Kafka; the embedded broker and
-    the tests shorten the group timeouts and keep one record per produce batch (Tansu
+    the tests shorten the group timeouts and take changelog ends from a fetch (Tansu
     reports wrong end offsets after multi-record batches, which breaks table recovery)."""
 
     partitions: int = Field(default=4, ge=1)

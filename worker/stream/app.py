@@ -162,6 +162,7 @@ class ScorestreamApp:
         app.agent(self.topics.turns, name="sessions")(self.session_stage.agent)
         app.agent(self.topics.aggregate_input, name="windows")(self.window_stage.agent)
         app.timer(settings.stream.tick_interval)(self._tick)
+        app.timer(settings.aggregate_emit_interval)(self._emit_interim)
         app.on_startup_finished = self._on_ready
         if settings.stream.exact_changelog_ends:
             consumer = app.consumer
@@ -192,15 +193,23 @@ class ScorestreamApp:
         except Exception:  # a timer error would stop the worker: log it, try next tick
             log.exception("sending progress failed")
             return
+        self.window_stage.restore_gauges(self._owned_window_partitions())
+
+    async def _emit_interim(self) -> None:
+        """Every `aggregate_emit_interval`: publish the interim aggregates that changed, so
+        the last changes of a burst go out without waiting for a record or a tick."""
+        if not self.ready.is_set():
+            return
+        try:
+            await self.window_stage.emit_due(self._owned_window_partitions())
+        except Exception:  # a timer error would stop the worker: log it, try next time
+            log.exception("publishing interim aggregates failed")
+
+    def _owned_window_partitions(self) -> set[int]:
         aggregate_input = self.topics.aggregate_input.get_topic_name()
-        owned_here = {
+        return {
             tp.partition for tp in self.app.consumer.assignment() if tp.topic == aggregate_input
         }
-        self.window_stage.restore_gauges(owned_here)
-        try:
-            await self.window_stage.emit_due(owned_here)
-        except Exception:
-            log.exception("publishing interim aggregates failed")
 
     def worker(self, loglevel: str = "info") -> faust.Worker:
         """A Faust `Worker` running this app (it replaces the app's start-up hook with its
