@@ -67,9 +67,10 @@ class _KeyContributions:
 
 
 class Contributions:
-    """What a micro-batch contributes to the aggregation stage, per suite|segment key, in
-    order (see `Publisher.contribute`): results read from an input partition at or past
-    its `fold_from` offset are folded per pane; the others go case by case.
+    """A micro-batch's results (`results`, sent first) and what it contributes to the
+    aggregation stage, per suite|segment key, in order (see `Publisher.contribute`):
+    results read from an input partition at or past its `fold_from` offset are folded
+    per pane; the others go case by case.
 
     A result counts in the all-cases segment and in the segment of its labels; only the
     latter is folded case by case, the all-cases fold is the union of those folds."""
@@ -166,7 +167,8 @@ def marker_of(data: dict[str, object]) -> Marker | None:
 
 
 class Publisher:
-    """Produces the worker's messages (`send` is the one place that touches Kafka)."""
+    """Produces the worker's messages (`send` and, for a batch's results, `send_records`
+    are the only places that touch Kafka)."""
 
     def __init__(self, topics: StreamTopics, settings: Settings, telemetry: Telemetry) -> None:
         self.topics = topics
