@@ -265,14 +265,22 @@ def assert_same_figures(left: State, right: State) -> None:
     assert left_msg.pass_rate == right_msg.pass_rate
 
 
+def any_split(
+    results: list[CaseResult], data: st.DataObject
+) -> tuple[list[CaseResult], list[CaseResult]]:
+    """The results in two groups, each result's group drawn (order kept in each)."""
+    sides = data.draw(st.lists(st.booleans(), min_size=len(results), max_size=len(results)))
+    pairs = list(zip(results, sides, strict=True))
+    return [item for item, side in pairs if side], [item for item, side in pairs if not side]
+
+
 @settings(max_examples=60, deadline=None)
 @given(results=result_lists(), data=st.data())
 def test_merge_of_any_split_equals_folding_everything(
     results: list[CaseResult], data: st.DataObject
 ) -> None:
-    sides = data.draw(st.lists(st.booleans(), min_size=len(results), max_size=len(results)))
-    left = fold([item for item, side in zip(results, sides, strict=True) if side], 4)
-    right = fold([item for item, side in zip(results, sides, strict=True) if not side], 4)
+    some, others = any_split(results, data)
+    left, right = fold(some, 4), fold(others, 4)
     assert_same_figures(agg.merge(left, right, FAKE), fold(results, 4))
 
 
@@ -348,10 +356,9 @@ def test_merging_samples_of_different_capacities_keeps_the_smallest_keys_of_the_
 ) -> None:
     from worker.stats import Reservoir
 
-    sides = data.draw(st.lists(st.booleans(), min_size=len(results), max_size=len(results)))
+    some, others = any_split(results, data)
     small, large = data.draw(st.integers(1, 6)), data.draw(st.integers(1, 6))
-    left = fold([item for item, side in zip(results, sides, strict=True) if side], small)
-    right = fold([item for item, side in zip(results, sides, strict=True) if not side], large)
+    left, right = fold(some, small), fold(others, large)
     merged = agg.merge(left, right, FAKE)
     for metric in merged["samples"]:
         expected = Reservoir.from_json(left["samples"].get(metric, Reservoir(small).to_json()))
