@@ -98,11 +98,15 @@ async def test_every_case_is_scored_once_and_bad_input_is_dead_lettered(
     await provision(settings, broker.url)
     lines = as_lines(safe_cases + extraction_cases + alignment_turns) + BAD_RECORDS
     async with (
-        InProcessWorker(settings, broker.url),
+        InProcessWorker(settings, broker.url) as scorer,
         TopicReader(
             broker.bootstrap, topics.results, topics.dead_letters, topics.aggregates
         ) as reader,
     ):
+        # Tansu answers waiting fetches late: the embedded settings shorten the wait, and
+        # the consumer Faust started carries it.
+        fetcher = scorer.app.consumer._thread._consumer._fetcher
+        assert fetcher._fetch_max_wait_ms == 100
         await produce(broker.bootstrap, topics.input, lines)
         expected_results = len(safe_cases) + len(extraction_cases) + len(alignment_turns)
         await reader.until(

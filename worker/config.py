@@ -192,6 +192,10 @@ class StreamSettings(Section):
     # How long the producer waits to fill a batch: without it every send while the
     # sender is idle is a request of its own (results, contributions, changelogs).
     producer_linger: Duration = 0.005
+    # How long a fetch may wait on the broker for data (None: Faust's 1.5 s). Apache Kafka
+    # answers as soon as data arrives; Tansu only late in the wait, so the embedded broker
+    # uses 0.1 s (see worker/stream/fetch_wait.py).
+    fetch_max_wait: Duration | None = None
     # Table recovery asks a fetch for the end of each changelog partition instead of
     # trusting ListOffsets (wrong on the embedded Tansu broker after batched produces).
     exact_changelog_ends: bool = False

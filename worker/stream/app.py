@@ -35,6 +35,7 @@ from worker.stream.changelog_ends import exact_highwaters
 from worker.stream.context import StreamContext
 from worker.stream.durable_table import durable_table
 from worker.stream.eager_delivery import deliver_eagerly
+from worker.stream.fetch_wait import set_fetch_max_wait
 from worker.stream.partitioner import partition_for_key
 from worker.stream.publish import Folding, Publisher, StreamTopics
 from worker.stream.scoring import ScoreStage
@@ -172,6 +173,8 @@ class ScorestreamApp:
         streams = (self.topics.input, self.topics.turns, self.topics.aggregate_input)
         guard_seek(app.consumer, {topic.get_topic_name() for topic in streams})
         deliver_eagerly(app.consumer)
+        if settings.stream.fetch_max_wait is not None:
+            set_fetch_max_wait(app.consumer, settings.stream.fetch_max_wait)
         app.on_partitions_revoked.connect(self._on_revoked)
 
     async def _on_ready(self) -> None:
