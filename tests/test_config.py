@@ -75,3 +75,12 @@ def test_durations_round_trip() -> None:
     assert format_duration(10) == "10s"
     with pytest.raises(ValueError):
         parse_duration("-1s")
+
+
+def test_a_wait_may_be_zero_where_a_window_may_not() -> None:
+    settings = load_settings(None, overrides={"stream": {"producer_linger": "0s"}}, environ={})
+    assert settings.stream.producer_linger == 0.0
+    with pytest.raises(ConfigError, match="producer_linger"):
+        load_settings(None, overrides={"stream": {"producer_linger": -0.5}}, environ={})
+    with pytest.raises(ConfigError, match="windows"):
+        load_settings(None, overrides={"windows": [{"size": 0}]}, environ={})

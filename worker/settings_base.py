@@ -7,6 +7,7 @@ Light on purpose (pydantic only): the suites' own `settings.py` modules and the 
 from __future__ import annotations
 
 import re
+from functools import partial
 from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict
@@ -19,8 +20,9 @@ class ConfigError(ValueError):
     """A configuration problem, with the offending key in the message."""
 
 
-def parse_duration(value: Any) -> float:
-    """Seconds from `90`, `1.5`, `250ms`, `60s`, `5m`, `1h` or `1d`."""
+def parse_duration(value: Any, allow_zero: bool = False) -> float:
+    """Seconds from `90`, `1.5`, `250ms`, `60s`, `5m`, `1h` or `1d` (`0` too when
+    `allow_zero`)."""
     if isinstance(value, bool):
         raise ValueError("a duration is a number of seconds or a string like '5m'")
     if isinstance(value, int | float):
@@ -29,8 +31,8 @@ def parse_duration(value: Any) -> float:
         seconds = float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
     else:
         raise ValueError(f"not a duration: {value!r} (use e.g. 30s, 5m, 1h)")
-    if seconds <= 0:
-        raise ValueError("a duration must be positive")
+    if seconds < 0 or (seconds == 0 and not allow_zero):
+        raise ValueError("a duration must be positive" + (" or 0" if allow_zero else ""))
     return seconds
 
 
@@ -43,6 +45,8 @@ def format_duration(seconds: float) -> str:
 
 
 Duration = Annotated[float, BeforeValidator(parse_duration)]
+# A wait that may be left out: 0 means none.
+NonNegativeDuration = Annotated[float, BeforeValidator(partial(parse_duration, allow_zero=True))]
 
 
 class Section(BaseModel):
@@ -51,4 +55,11 @@ class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
 
-__all__ = ["ConfigError", "Duration", "Section", "format_duration", "parse_duration"]
+__all__ = [
+    "ConfigError",
+    "Duration",
+    "NonNegativeDuration",
+    "Section",
+    "format_duration",
+    "parse_duration",
+]
