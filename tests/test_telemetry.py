@@ -6,6 +6,7 @@ import urllib.request
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
@@ -18,7 +19,7 @@ from schemas.outputs import (
     Versions,
     WindowSpan,
 )
-from worker.telemetry import LabelGuard, Telemetry, segment_label_names
+from worker.telemetry import LabelGuard, Telemetry, observe_all, segment_label_names
 
 TS = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 SPAN = WindowSpan(start=TS, end=TS + timedelta(minutes=1), size_s=60)
@@ -166,6 +167,48 @@ def test_score_histogram_has_tenth_buckets_and_skips_null_scores() -> None:
     assert list(buckets) == [f"{tenth / 10:.1f}" for tenth in range(1, 11)] + ["+Inf"]
     assert buckets["0.7"] == 0 and buckets["0.8"] == 1
     assert {s.labels["metric"] for s in samples(telemetry, "scorestream_score_count")} == {"CR"}
+
+
+def test_observing_many_values_at_once_equals_observing_each() -> None:
+    # Values on and beside every bucket bound, below the first and above the last.
+    values = [-1.0, 0.0, 0.1, 0.1000001, 0.15, 0.2, 0.5, 0.99, 1.0, 1.5, 7.0, 0.3, 0.3]
+    rendered = []
+    for many in (False, True):
+        registry = CollectorRegistry()
+        family = Histogram("h", "h", ["suite"], buckets=(0.1, 0.2, 0.3, 1.0), registry=registry)
+        series = family.labels("safe")
+        if many:
+            observe_all(series, values)
+        else:
+            for value in values:
+                series.observe(value)
+        rendered.append(
+            [
+                line
+                for line in generate_latest(registry).decode().splitlines()
+                if "_created" not in line
+            ]
+        )
+    assert rendered[0] == rendered[1]
+    assert 'h_bucket{le="0.1",suite="safe"} 3.0' in rendered[1]
+
+
+def test_results_recorded_together_count_as_recorded_one_by_one() -> None:
+    together, one_by_one = Telemetry(), Telemetry()
+    results = [
+        (result(), 0.02, 1.5),
+        (result(label="Fail", scores={"CR": 0.25, "AH": 1.0}), 0.003, 0.2),
+        (result(label=None, scores={"CR": None}), None, None),
+    ]
+    together.record_results(results)
+    for observed in results:
+        one_by_one.record_result(*observed)
+
+    def exposition(telemetry: Telemetry) -> list[str]:
+        return [line for line in telemetry.render().decode().splitlines() if "_created" not in line]
+
+    assert exposition(together) == exposition(one_by_one)
+    assert value_of(together, "scorestream_cases_total", suite="safe", label="Fail") == 1
 
 
 def test_null_label_is_counted_as_none() -> None:

@@ -15,6 +15,7 @@ import math
 import platform
 import re
 import threading
+from bisect import bisect_left
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import partial
 from socketserver import ThreadingMixIn
@@ -48,6 +49,22 @@ BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 
 _FIXED_LABELS = frozenset({"suite", "metric", "stat", "window", "gate", "le", "quantile"})
 _INVALID_LABEL_CHARS = re.compile(r"[^a-zA-Z0-9_]")
+
+
+def observe_all(histogram: Any, values: Sequence[float]) -> None:
+    """`histogram.observe(value)` for every value (finite ones), locking each bucket once.
+
+    Reaches into prometheus_client's `Histogram` child as its `observe` does: a value is
+    counted in the first bucket whose upper bound it does not exceed, and in the sum
+    (`tests/test_telemetry.py` checks the exposition against `observe`)."""
+    bounds = histogram._upper_bounds
+    per_bucket: dict[int, int] = {}
+    for value in values:
+        index = bisect_left(bounds, value)
+        per_bucket[index] = per_bucket.get(index, 0) + 1
+    histogram._sum.inc(sum(values))
+    for index, count in per_bucket.items():
+        histogram._buckets[index].inc(count)
 
 
 class LabelGuard:
@@ -198,17 +215,37 @@ class Telemetry:
     ) -> None:
         """Count a result, observe its scores and timings, and count the payload fields
         listed in its `details.unknown_fields`."""
-        unknown = result.details.get(UNKNOWN_FIELDS_DETAIL)
-        if isinstance(unknown, list) and unknown:
-            self.record_unknown_fields(result.suite, len(unknown))
-        self._series(self.cases, "label", result.suite, result.label or NO_LABEL).inc()
-        for metric, value in result.scores.items():
-            if value is not None and math.isfinite(value):
-                self._series(self.score, "metric", result.suite, metric).observe(value)
-        if scoring_seconds is not None:
-            self._series(self.scoring_duration, "", result.suite).observe(scoring_seconds)
-        if e2e_seconds is not None:
-            self._series(self.end_to_end_latency, "", result.suite).observe(e2e_seconds)
+        self.record_results([(result, scoring_seconds, e2e_seconds)])
+
+    def record_results(
+        self, observed: Iterable[tuple[CaseResult, float | None, float | None]]
+    ) -> None:
+        """`record_result` for each (result, scoring seconds, end-to-end seconds), with
+        each series updated once: a micro-batch of extraction results made 17 histogram
+        observations a case, each taking two locks."""
+        counts: dict[Any, int] = {}
+        values: dict[Any, list[float]] = {}
+        for result, scoring_seconds, e2e_seconds in observed:
+            suite = result.suite
+            unknown = result.details.get(UNKNOWN_FIELDS_DETAIL)
+            if isinstance(unknown, list) and unknown:
+                self.record_unknown_fields(suite, len(unknown))
+            cases = self._series(self.cases, "label", suite, result.label or NO_LABEL)
+            counts[cases] = counts.get(cases, 0) + 1
+            for metric, value in result.scores.items():
+                if value is not None and math.isfinite(value):
+                    series = self._series(self.score, "metric", suite, metric)
+                    values.setdefault(series, []).append(value)
+            if scoring_seconds is not None:
+                series = self._series(self.scoring_duration, "", suite)
+                values.setdefault(series, []).append(scoring_seconds)
+            if e2e_seconds is not None:
+                series = self._series(self.end_to_end_latency, "", suite)
+                values.setdefault(series, []).append(e2e_seconds)
+        for series, count in counts.items():
+            series.inc(count)
+        for series, observations in values.items():
+            observe_all(series, observations)
 
     def _series(self, family: Any, label: str, suite: str, value: str = "") -> Any:
         """The child of a per-result metric `family` for `suite` (and `label`=`value`),

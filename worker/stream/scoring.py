@@ -60,6 +60,8 @@ class ScoreStage:
         self.publisher = context.publisher
         self.clocks: dict[int, PartitionClock] = {}
         self.sent: dict[int, tuple[float, float]] = {}  # partition -> (progress, sent at)
+        # A micro-batch's results and scoring times, for the telemetry once it is sent.
+        self._observed: list[tuple[CaseResult, float]] = []
 
     # ---------------------------------------------------------------- records
 
@@ -74,6 +76,7 @@ class ScoreStage:
         record batch per partition, then its contributions to the windows, combined
         into one record per suite|segment; only then does each partition's progress
         count the batch (its markers must follow the contributions they cover)."""
+        self._observed.clear()
         careful = await self._guard_batch(events)
         if self.folding is not None:
             for partition in {event.message.partition for event in events}:
@@ -100,6 +103,7 @@ class ScoreStage:
                     continue
             done.append((source, await self.supervised(event, source, batch)))
         await self.publisher.contribute(batch)
+        observe_all(self.context, self._observed)
         if self.guard is not None:
             for key, event in self._event_of.items():
                 with event_context(event):
@@ -230,7 +234,10 @@ class ScoreStage:
         except OutputTooLarge as exc:
             await self._dead_letter(event, input_records.OUTPUT_TOO_LARGE, str(exc), source)
             return None
-        observe(self.context, result, elapsed)
+        if batch is None:
+            observe(self.context, result, elapsed)
+        else:
+            self._observed.append((result, elapsed))
         return event_time
 
     async def _dead_letter(
@@ -340,8 +347,15 @@ def _guard_key(source: input_records.SourcePosition) -> str:
 
 def observe(context: StreamContext, result: CaseResult, scoring_seconds: float) -> None:
     """Record a published result in the telemetry (count, scores, latency)."""
-    e2e = max(0.0, (result.scored_at - result.ts).total_seconds())
-    context.telemetry.record_result(result, scoring_seconds, e2e)
+    observe_all(context, [(result, scoring_seconds)])
+
+
+def observe_all(context: StreamContext, scored: list[tuple[CaseResult, float]]) -> None:
+    """Record published results, each with its scoring time, in the telemetry at once."""
+    context.telemetry.record_results(
+        (result, seconds, max(0.0, (result.scored_at - result.ts).total_seconds()))
+        for result, seconds in scored
+    )
 
 
 def decode(event: EventT) -> dict[str, Any]:
