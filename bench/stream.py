@@ -818,7 +818,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="raw encode batch size (32: the fastest in bench/embedding.py)",
     )
     parser.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
-    parser.add_argument("--n-growth", type=int, default=2000, help="SAFE cases per growth run")
+    parser.add_argument("--n-growth", type=int, default=6000, help="SAFE cases per growth run")
     parser.add_argument("--growth-rounds", type=int, default=3, help="0 skips the growth table")
     parser.add_argument(
         "--one-record-batches",
