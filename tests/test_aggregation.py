@@ -313,6 +313,21 @@ def test_update_order_does_not_change_the_figures(
     assert_same_figures(fold(interleaved, 4), fold(results, 4))
 
 
+@settings(max_examples=80, deadline=None)
+@given(results=result_lists(), data=st.data())
+def test_merging_into_a_state_equals_merge_and_leaves_the_other_side_alone(
+    results: list[CaseResult], data: st.DataObject
+) -> None:
+    some, others = any_split(results, data)
+    small, large = data.draw(st.integers(1, 6)), data.draw(st.integers(1, 6))
+    left, right = fold(some, small), fold(others, large)
+    right_before = copy.deepcopy(right)
+    merged = agg.merge_into(copy.deepcopy(left), right, FAKE)
+    assert merged == agg.merge(left, right, FAKE)
+    agg.update(merged, result("later", {"f1": 0.5, "em": 0.25}, offset=None), FAKE)
+    assert right == right_before  # nothing of the other side was taken over by reference
+
+
 def test_ci_of_a_window_larger_than_its_reservoir_matches_the_full_bootstrap() -> None:
     """A sampled window's CI is close to the CI from every value, and holds the mean."""
     import random

@@ -422,14 +422,18 @@ def _merge_high_water(left: Mapping[str, Any], right: Mapping[str, Any]) -> dict
     return merged
 
 
-def merge(left: State, right: State, aggregator: SuiteAggregator | None) -> State:
-    """State of the union of two disjoint sets of results of the same window."""
+def _check_mergeable(left: State, right: State) -> None:
     if (left["suite"], left["segment"], left["window"]) != (
         right["suite"],
         right["segment"],
         right["window"],
     ):
         raise ValueError("cannot merge the states of different windows or segments")
+
+
+def merge(left: State, right: State, aggregator: SuiteAggregator | None) -> State:
+    """State of the union of two disjoint sets of results of the same window."""
+    _check_mergeable(left, right)
     moments = {}
     samples = {}
     capacity = max(int(left["reservoir_size"]), int(right["reservoir_size"]))
@@ -469,6 +473,94 @@ def merge(left: State, right: State, aggregator: SuiteAggregator | None) -> Stat
         "worst_k": worst_k,
         "worst": merge_worst(left.get("worst", {}), right.get("worst", {}), worst_k),
     }
+
+
+def merge_into(target: State, other: State, aggregator: SuiteAggregator | None) -> State:
+    """`merge(target, other, aggregator)` written into `target`, which is returned.
+
+    For a caller that owns `target` and replaces it with the merge (the window store
+    taking a fold into a pane, or adding up a window's panes): the samples are merged in
+    place instead of copied. `other` is left as it was and shares nothing with the result.
+    """
+    _check_mergeable(target, other)
+    capacity = max(int(target["reservoir_size"]), int(other["reservoir_size"]))
+    worst_k = max(
+        int(target.get("worst_k", DEFAULT_WORST_K)), int(other.get("worst_k", DEFAULT_WORST_K))
+    )
+    moments, samples = target["moments"], target["samples"]
+    for metric in {*moments, *other["moments"]}:
+        theirs = other["moments"].get(metric)
+        mine = moments.get(metric)
+        if mine is None or theirs is None:
+            moments[metric] = Moments.from_json(mine or theirs).to_json()
+        else:
+            _moments_merge(mine, theirs)
+        samples[metric] = _merge_samples_into(
+            samples.get(metric), other["samples"].get(metric), capacity
+        )
+    mine_suite, their_suite = target["suite_state"], other["suite_state"]
+    if mine_suite is None or their_suite is None:
+        target["suite_state"] = copy.deepcopy(mine_suite if their_suite is None else their_suite)
+    elif aggregator is None:
+        raise ValueError("merging suite states needs the suite's aggregator")
+    else:
+        target["suite_state"] = aggregator.merge(mine_suite, their_suite)
+    target["v"] = STATE_VERSION
+    target["reservoir_size"] = capacity
+    target["count"] += other["count"]
+    target["label_counts"] = _add_counts(target["label_counts"], other["label_counts"])
+    target["grade_counts"] = _add_counts(target["grade_counts"], other["grade_counts"])
+    target["high_water"] = _merge_high_water(target["high_water"], other["high_water"])
+    target["seen_ids"] = sorted({*target["seen_ids"], *other["seen_ids"]})
+    target["worst_k"] = worst_k
+    target["worst"] = merge_worst(target.get("worst", {}), other.get("worst", {}), worst_k)
+    return target
+
+
+def _moments_merge(moments: list[Any], other: Sequence[Any]) -> None:
+    """`Moments.merge` on the state's JSON lists, into `moments`."""
+    moments[0] = int(moments[0]) + int(other[0])
+    moments[1] = float(moments[1]) + float(other[1])
+    moments[2] = float(moments[2]) + float(other[2])
+    for index, pick in ((3, min), (4, max)):
+        values = [value for value in (moments[index], other[index]) if value is not None]
+        moments[index] = pick(values) if values else None
+
+
+def _merge_samples_into(
+    sample: dict[str, Any] | None, other: dict[str, Any] | None, capacity: int
+) -> dict[str, Any]:
+    """`_merge_samples(sample, other, capacity)`, written into `sample` when there is one."""
+    if sample is None:
+        return _merge_samples(None, other, capacity)
+    items: dict[str, float] = sample["items"]
+    sample["capacity"] = capacity
+    if other is not None and "order" in sample and len(items) >= capacity:
+        # Full and indexed: only the other side's ids below the cutoff can get in.
+        order: list[str] = sample["order"]
+        cutoff = sample["cutoff"]
+        indexed = "order" in other
+        for ident in other.get("order", other["items"]):  # ascending keys, when indexed
+            if sample_key(ident) > cutoff:
+                if indexed:
+                    break  # the rest are larger still
+                continue
+            if ident not in items:
+                insort(order, ident, key=sample_key)
+            items[ident] = other["items"][ident]  # the other side's value, as `merge`
+        for dropped in order[capacity:]:
+            del items[dropped]
+        del order[capacity:]
+        sample["cutoff"] = sample_key(order[-1])
+        return sample
+    if other is not None:
+        items.update(other["items"])
+    if len(items) < capacity:
+        sample.pop("order", None)
+        sample.pop("cutoff", None)
+    else:
+        _index_sample(sample)
+    return sample
 
 
 # ---------------------------------------------------------------- the wire message
@@ -570,6 +662,7 @@ __all__ = [
     "initialise",
     "is_replay",
     "merge",
+    "merge_into",
     "merge_worst",
     "metric_summary",
     "pass_rate",

@@ -224,10 +224,13 @@ class WindowStore:
                 piece = copy.copy(pane)
                 piece["window"] = [step, None, target]
                 stored = self._get(pane_key)
-                empty = aggregation.initialise(
-                    suite, segment, WindowKey(step, None, target), self.reservoir_size
-                )
-                state = aggregation.merge(stored["state"] if stored else empty, piece, aggregator)
+                if stored is None:
+                    empty = aggregation.initialise(
+                        suite, segment, WindowKey(step, None, target), self.reservoir_size
+                    )
+                    state = aggregation.merge(empty, piece, aggregator)
+                else:  # the store's own state (the changelog has its serialised value)
+                    state = aggregation.merge_into(stored["state"], piece, aggregator)
                 self._pending[pane_key] = {"state": state, "partition": partition}
                 self._index(partition).setdefault(series_key, set()).add(target)
                 self._dirty_panes.add(pane_key)
@@ -361,7 +364,7 @@ class WindowStore:
             if stored is not None:
                 pane = copy.copy(stored["state"])
                 pane["window"] = merged["window"]
-                merged = aggregation.merge(merged, pane, aggregator)
+                merged = aggregation.merge_into(merged, pane, aggregator)
             pane_start += step
         return Emission(key, merged, final)
 
