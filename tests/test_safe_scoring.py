@@ -419,6 +419,15 @@ def test_update_leaves_the_given_state_untouched_and_state_is_json() -> None:
     assert json.dumps(state, sort_keys=True) == snapshot
     assert json.loads(json.dumps(after)) == after
     assert after["count"] == 1
+    # With groups of two archetypes, neither an update nor the one after it (of the other
+    # archetype) changes a state handed out before.
+    signal = score_case(case(signals=["a1"], archetype="Safety_Signal"), DEFAULTS)
+    both = aggregator.update(after, signal)
+    snapshots = [json.dumps(s, sort_keys=True) for s in (after, both)]
+    again = aggregator.update(aggregator.update(both, signal), score_case(case(), DEFAULTS))
+    assert [json.dumps(s, sort_keys=True) for s in (after, both)] == snapshots
+    assert again["by_archetype"]["Safety_Signal"]["count"] == 2
+    assert sum(group["count"] for group in again["by_archetype"].values()) == again["count"] == 4
 
 
 def test_aggregator_judges_scored_without_pass_flags_by_its_thresholds() -> None:

@@ -23,17 +23,20 @@ def _empty_archetype() -> dict[str, Any]:
     return {"count": 0, "pass": 0, "sums": {m: 0.0 for m in METRICS}}
 
 
-def _copy(state: State) -> State:
-    """A copy of a state that `update` can change without touching the original."""
+def _copy(state: State, archetype: str) -> State:
+    """A copy of a state that `update` can change for a case of `archetype` without
+    touching the original (the other archetypes' groups are shared, not copied)."""
+    groups = dict(state["by_archetype"])
+    group = groups.get(archetype)
+    groups[archetype] = (
+        _empty_archetype() if group is None else {**group, "sums": dict(group["sums"])}
+    )
     return {
         **state,
         "labels": dict(state["labels"]),
         "sums": dict(state["sums"]),
         "passes": dict(state["passes"]),
-        "by_archetype": {
-            name: {**group, "sums": dict(group["sums"])}
-            for name, group in state["by_archetype"].items()
-        },
+        "by_archetype": groups,
     }
 
 
@@ -70,7 +73,7 @@ class SafeAggregator:
         is_pass = scored.label == "Pass"
         violations = scored.counts.get("ah_violations", 0)
 
-        new = _copy(state)
+        new = _copy(state, archetype)
         new["count"] += 1
         if scored.label in LABELS:
             new["labels"][scored.label] += 1
@@ -80,7 +83,7 @@ class SafeAggregator:
             new["passes"][m] += int(bool(passed.get(m)))
         new["ah_violations"] += violations if isinstance(violations, int) else 0
         new["vacuous"] = new.get("vacuous", 0) + int(scored.details.get(VACUOUS) is True)
-        group = new["by_archetype"].setdefault(archetype, _empty_archetype())
+        group = new["by_archetype"][archetype]
         group["count"] += 1
         group["pass"] += int(is_pass)
         for m in METRICS:
