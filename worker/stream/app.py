@@ -36,6 +36,7 @@ from worker.stream.context import StreamContext
 from worker.stream.durable_table import durable_table
 from worker.stream.eager_delivery import deliver_eagerly
 from worker.stream.fetch_wait import set_fetch_max_wait
+from worker.stream.lean_monitor import LeanMonitor
 from worker.stream.partitioner import partition_for_key
 from worker.stream.publish import Folding, Publisher, StreamTopics
 from worker.stream.scoring import ScoreStage
@@ -104,7 +105,8 @@ class ScorestreamApp:
 
         app_id = settings.app_id
         partitions = settings.stream.partitions
-        self.app = app = faust.App(app_id, **faust_settings(settings, broker))
+        options = faust_settings(settings, broker)
+        self.app = app = faust.App(app_id, monitor=LeanMonitor(), **options)
         names = settings.topics
         internal = internal_topic_configs(settings)
         self.topics = StreamTopics(
