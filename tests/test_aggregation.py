@@ -274,6 +274,16 @@ def any_split(
     return [item for item, side in pairs if side], [item for item, side in pairs if not side]
 
 
+def folds_of_any_split(
+    results: list[CaseResult], data: st.DataObject
+) -> tuple[State, State, int, int]:
+    """The two groups of `any_split` folded with reservoirs of drawn, maybe different,
+    capacities: (left, right, left capacity, right capacity)."""
+    some, others = any_split(results, data)
+    small, large = data.draw(st.integers(1, 6)), data.draw(st.integers(1, 6))
+    return fold(some, small), fold(others, large), small, large
+
+
 @settings(max_examples=60, deadline=None)
 @given(results=result_lists(), data=st.data())
 def test_merge_of_any_split_equals_folding_everything(
@@ -318,9 +328,7 @@ def test_update_order_does_not_change_the_figures(
 def test_merging_into_a_state_equals_merge_and_leaves_the_other_side_alone(
     results: list[CaseResult], data: st.DataObject
 ) -> None:
-    some, others = any_split(results, data)
-    small, large = data.draw(st.integers(1, 6)), data.draw(st.integers(1, 6))
-    left, right = fold(some, small), fold(others, large)
+    left, right, _, _ = folds_of_any_split(results, data)
     right_before = copy.deepcopy(right)
     merged = agg.merge_into(copy.deepcopy(left), right, FAKE)
     assert merged == agg.merge(left, right, FAKE)
@@ -371,9 +379,7 @@ def test_merging_samples_of_different_capacities_keeps_the_smallest_keys_of_the_
 ) -> None:
     from worker.stats import Reservoir
 
-    some, others = any_split(results, data)
-    small, large = data.draw(st.integers(1, 6)), data.draw(st.integers(1, 6))
-    left, right = fold(some, small), fold(others, large)
+    left, right, small, large = folds_of_any_split(results, data)
     merged = agg.merge(left, right, FAKE)
     for metric in merged["samples"]:
         expected = Reservoir.from_json(left["samples"].get(metric, Reservoir(small).to_json()))
