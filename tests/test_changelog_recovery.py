@@ -58,6 +58,32 @@ async def test_a_fetch_reports_the_end_listoffsets_misses(broker: EmbeddedBroker
     assert listed <= 10  # Tansu 0.6 says 1 (base offset of the last batch + 1)
 
 
+async def test_a_fetch_reports_the_end_of_partitions_listed_past_their_records(
+    broker: EmbeddedBroker,
+) -> None:
+    # Tansu listed a re-created, empty changelog as ending at 149: recovery must not wait
+    # for records that do not exist.
+    topic = "ends-past-changelog"
+    admin = AIOKafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(topic, 2, 1)])
+    finally:
+        await admin.close()
+    producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap)
+    await producer.start()
+    try:
+        for i in range(10):
+            await producer.send_and_wait(topic, b"x%d" % i, partition=0)
+    finally:
+        await producer.stop()
+    listed = {TP(topic, 0): 149, TP(topic, 1): 149}
+    assert await fetched_highwaters(broker.bootstrap, listed) == {
+        TP(topic, 0): 10,
+        TP(topic, 1): 0,
+    }
+
+
 async def test_a_restarted_worker_recovers_every_window_record_with_batching(
     broker: EmbeddedBroker, tmp_path: Path
 ) -> None:

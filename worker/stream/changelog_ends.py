@@ -1,12 +1,14 @@
 """Exact end offsets of changelog partitions for table recovery on the embedded broker.
 
-Tansu answers ListOffsets(LATEST) with "base offset of the last batch + 1" after a
-multi-record batch, while its fetch responses carry the right high watermark. Faust's
-table recovery reads each changelog up to the ListOffsets answer, so with batching on it
-would stop short of the last batch and lose table state. `exact_highwaters` asks as Faust
+Tansu's ListOffsets(LATEST) answer can be wrong both ways, while its fetch responses carry
+the right high watermark: short ("base offset of the last batch + 1") after a
+multi-record batch, and long for a topic that was written to while it did not exist and
+was created afterwards (a broker restarted empty, then the worker's topics created
+again: the new, empty changelog was listed as ending at 149). Faust's table recovery
+reads each changelog up to the ListOffsets answer, so a short one loses table state and
+a long one waits forever for records that do not exist. `exact_highwaters` asks as Faust
 does, then fetches the last listed record once and takes the high watermark the fetch
-reports, which is right on both Tansu and Apache Kafka.
-"""
+reports, which is right on both Tansu and Apache Kafka."""
 
 from __future__ import annotations
 
@@ -30,7 +32,7 @@ async def fetched_highwaters(
     timeout: float = 10.0,
 ) -> dict[TP, int]:
     """The high watermark of each partition as a fetch at its last listed offset reports
-    it (never below the listed value); partitions listed empty are left as they are."""
+    it; partitions listed empty are left as they are."""
     ends = dict(listed)
     wanted = {tp: end for tp, end in listed.items() if end and end > 0}
     if not wanted:
@@ -54,7 +56,7 @@ async def fetched_highwaters(
             for tp in list(pending):
                 fetched = consumer.highwater(partitions[tp])
                 if fetched is not None:
-                    ends[tp] = max(wanted[tp], fetched)
+                    ends[tp] = fetched
                     pending.discard(tp)
         if pending:
             log.warning("no fetch answer for %s: using the listed end offsets", sorted(pending))
