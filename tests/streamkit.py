@@ -19,6 +19,7 @@ from typing import Any
 import orjson
 import yaml
 from aiokafka import AIOKafkaConsumer
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from topics.catalog import topic_names
 from topics.provision import create_topics
@@ -106,6 +107,27 @@ def as_lines(records: Iterable[dict[str, Any]]) -> list[bytes]:
 
 async def provision(settings: Settings, broker_url: str) -> None:
     await create_topics(broker_url, topic_names(settings.topics), settings.stream.partitions)
+
+
+async def topic_layout(bootstrap: str) -> dict[str, int]:
+    """Every topic on the broker with its partition count."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        described = await admin.describe_topics(await admin.list_topics())
+        return {info["topic"]: len(info["partitions"]) for info in described}
+    finally:
+        await admin.close()
+
+
+async def create_layout(bootstrap: str, layout: dict[str, int]) -> None:
+    """Create the topics of a `topic_layout` (a broker that kept its topics, not its data)."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(name, n, 1) for name, n in sorted(layout.items())])
+    finally:
+        await admin.close()
 
 
 async def produce(bootstrap: str, topic: str, lines: list[bytes]) -> None:

@@ -13,7 +13,15 @@ from pathlib import Path
 import orjson
 import pytest
 
-from tests.streamkit import WorkerProcess, make_config, provision, settings_of, write_config
+from tests.streamkit import (
+    WorkerProcess,
+    create_layout,
+    make_config,
+    provision,
+    settings_of,
+    topic_layout,
+    write_config,
+)
 from worker.broker import EmbeddedBroker
 from worker.telemetry import Telemetry
 
@@ -107,12 +115,44 @@ def test_readyz_follows_the_broker_going_away_and_coming_back(tmp_path: Path) ->
         worker.wait_ready()
         base = worker.metrics_url().removesuffix("/metrics")
         wait_for(base + "/readyz", 200, "connected", 30)
+        layout = asyncio.run(topic_layout(broker.bootstrap))
         broker.stop()
         wait_for(base + "/readyz", 503, "disconnected", 20)
         assert b"scorestream_broker_connected 0.0" in get(base + "/metrics")[1]
-        broker = EmbeddedBroker(port=broker.port).start()  # empty: the worker rejoins
+        # Tansu keeps nothing on disk; a restarted Kafka broker still has its topics.
+        broker = EmbeddedBroker(port=broker.port).start()
+        asyncio.run(create_layout(broker.bootstrap, layout))
         wait_for(base + "/readyz", 200, "connected", 90)
         assert worker.process is not None and worker.process.poll() is None
+    finally:
+        worker.stop()
+        broker.stop()
+
+
+@pytest.mark.integration
+def test_a_worker_whose_topics_vanish_exits_3_and_starting_it_again_creates_them(
+    tmp_path: Path,
+) -> None:
+    broker = EmbeddedBroker().start()
+    config = make_config()
+    config["stream"] = {**config["stream"], "connect_timeout": 2}
+    settings = settings_of(config)
+    asyncio.run(provision(settings, broker.url))
+    worker = WorkerProcess(write_config(tmp_path / "c.yaml", config), broker.url, tmp_path / "w")
+    worker.start()
+    try:
+        worker.wait_ready()
+        before = asyncio.run(topic_layout(broker.bootstrap))
+        broker.stop()
+        broker = EmbeddedBroker(port=broker.port).start()  # Tansu keeps nothing: no topics
+        assert worker.process is not None
+        assert worker.process.wait(90) == 3
+        log = worker.log()
+        assert f"no longer has the worker's topics {settings.topics.aggregates}, " in log
+        assert f"{settings.app_id}-windows-changelog" in log
+        worker.start()  # as its supervisor would
+        worker.wait_ready(occurrence=2)
+        assert asyncio.run(topic_layout(broker.bootstrap)) == before
     finally:
         worker.stop()
         broker.stop()

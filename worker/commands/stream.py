@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
+import signal
 import sys
 import time
 from pathlib import Path
@@ -68,6 +70,7 @@ def run_worker(args: argparse.Namespace) -> int:
     """Run the streaming worker until interrupted."""
     from worker.lag import watch_worker
     from worker.stream import ScorestreamApp
+    from worker.topic_watch import install_topic_watch
 
     settings = settings_for(args)
     broker = broker_of(settings)
@@ -78,6 +81,21 @@ def run_worker(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     scorer.suites.warm_up()
     watch_worker(scorer, settings)
+    stopped_because: list[str] = []
+
+    def stop_without_topics(missing: list[str]) -> None:
+        if not stopped_because:
+            stopped_because.append(
+                f"the Kafka broker at {bootstrap_servers(broker)} no longer has the "
+                f"worker's topics {', '.join(missing)} (deleted, or the broker lost its "
+                "data): start the worker again to create them"
+            )
+            logging.getLogger("scorestream").error("stopping: %s", stopped_because[0])
+            signal.raise_signal(signal.SIGTERM)  # the graceful stop an operator's SIGTERM gets
+
+    install_topic_watch(
+        scorer.app, scorer.topic_names(), settings, broker, scorer.ready.is_set, stop_without_topics
+    )
     _server, port = scorer.telemetry.serve(settings.metrics_port)
     print(f"scorestream worker: metrics on http://127.0.0.1:{port}/metrics", file=sys.stderr)
     faust_worker = scorer.worker()
@@ -85,6 +103,10 @@ def run_worker(args: argparse.Namespace) -> int:
         faust_worker.logging_config = json_logging_config()
     try:
         faust_worker.execute_from_commandline()
+    except SystemExit:
+        if stopped_because:
+            raise BrokerUnavailable(stopped_because[0]) from None
+        raise
     finally:
         scorer.telemetry.stop()
     return 0

@@ -32,6 +32,7 @@ from worker.config import Settings
 from worker.kafka_security import aiokafka_options, faust_options, internal_topic_configs
 from worker.scoring_suites import ScoringSuites
 from worker.stream.changelog_ends import exact_highwaters
+from worker.stream.commit_bound import bound_commits
 from worker.stream.context import StreamContext
 from worker.stream.durable_table import durable_table
 from worker.stream.eager_delivery import deliver_eagerly
@@ -175,6 +176,8 @@ class ScorestreamApp:
         streams = (self.topics.input, self.topics.turns, self.topics.aggregate_input)
         guard_seek(app.consumer, {topic.get_topic_name() for topic in streams})
         deliver_eagerly(app.consumer)
+        # A commit slower than a rebalance may take would cost the group membership anyway.
+        bound_commits(app.consumer, settings.stream.rebalance_timeout)
         if settings.stream.fetch_max_wait is not None:
             set_fetch_max_wait(app.consumer, settings.stream.fetch_max_wait)
         app.on_partitions_revoked.connect(self._on_revoked)
@@ -182,6 +185,13 @@ class ScorestreamApp:
     async def _on_ready(self) -> None:
         self.ready.set()
         log.info("scorestream worker ready")
+
+    def topic_names(self) -> set[str]:
+        """Every topic the worker reads or writes: the catalog's, its two internal hops
+        and its tables' changelogs."""
+        names = {topic.get_topic_name() for topic in vars(self.topics).values()}
+        tables = (self.progress, self.sessions, self.windows, self.gate_states, self.inflight)
+        return names | {table.changelog_topic.get_topic_name() for table in tables}
 
     def _on_revoked(self, sender: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
         """After a rebalance every cache is rebuilt from the tables."""
