@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from faust.types import TP
 
 from tests.streamkit import (
@@ -18,6 +17,7 @@ from tests.streamkit import (
     TopicReader,
     WorkerProcess,
     as_lines,
+    create_layout,
     envelopes,
     live,
     make_config,
@@ -34,12 +34,7 @@ pytestmark = pytest.mark.integration
 
 async def test_a_fetch_reports_the_end_listoffsets_misses(broker: EmbeddedBroker) -> None:
     topic = "ends-demo-changelog"
-    admin = AIOKafkaAdminClient(bootstrap_servers=broker.bootstrap)
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(topic, 1, 1)])
-    finally:
-        await admin.close()
+    await create_layout(broker.bootstrap, {topic: 1})
     producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=50)
     await producer.start()
     try:
@@ -64,12 +59,7 @@ async def test_a_fetch_reports_the_end_of_partitions_listed_past_their_records(
     # Tansu listed a re-created, empty changelog as ending at 149: recovery must not wait
     # for records that do not exist.
     topic = "ends-past-changelog"
-    admin = AIOKafkaAdminClient(bootstrap_servers=broker.bootstrap)
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(topic, 2, 1)])
-    finally:
-        await admin.close()
+    await create_layout(broker.bootstrap, {topic: 2})
     producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap)
     await producer.start()
     try:
