@@ -303,3 +303,39 @@ def test_stale_after_defaults_to_three_windows(tmp_path: Path) -> None:
         encoding="utf-8",
     )
     assert load_settings(config, environ={}).gates[0].stale_after_s == 600
+
+
+def test_a_no_data_resolution_is_never_stamped_before_the_firing_it_follows() -> None:
+    """During a replay the firing is stamped with the wall clock while the watermark that
+    ends it lies in the past: the resolution still comes after it."""
+    evaluator = GateEvaluator([SAFETY])
+    fired_at = START + timedelta(days=30)  # the wall clock of the replay
+    [fired] = evaluator.evaluate(aggregate(0.5), fired_at)
+    watermark = START + timedelta(minutes=20)  # the replayed history's event time
+    [resolved] = evaluator.resolve_stale(watermark, fired_at - timedelta(seconds=5))
+    assert resolved.reason == "no_data"
+    assert resolved.ts >= fired.ts
+    resumed = GateEvaluator([SAFETY], state=json.loads(json.dumps(evaluator.to_json())))
+    [again] = resumed.evaluate(aggregate(0.5, window_index=9), START)  # a clock stepped back
+    assert again.ts >= resolved.ts
+
+
+def test_the_state_keeps_the_value_and_window_of_the_latest_firing() -> None:
+    evaluator = GateEvaluator([SAFETY])
+    evaluator.evaluate(aggregate(0.5, window_index=2))
+    evaluator.evaluate(aggregate(0.99, window_index=3))
+    [state] = evaluator.to_json().values()
+    assert state["fired_value"] == 0.5
+    assert state["fired_window_start"] == (START + timedelta(minutes=10)).timestamp()
+    assert state["firing"] is False
+
+
+def test_severity_defaults_to_ticket_and_takes_page_only(tmp_path: Path) -> None:
+    assert SAFETY.severity == "ticket"
+    config = tmp_path / "g.yaml"
+    config.write_text(
+        "gates: [{name: g, suite: alignment, metric: safety, threshold: 0.9, severity: pager}]\n",
+        encoding="utf-8",
+    )
+    with pytest.raises(ConfigError, match=r"gates\.0\.severity"):
+        load_settings(config, environ={})

@@ -10,7 +10,7 @@ from pathlib import Path
 import orjson
 from faust.types import TP
 
-from worker.lag import partition_lags, sample_lags
+from worker.lag import event_time_lag, partition_lags, sample_lags
 from worker.logs import JsonFormatter
 
 REPO = Path(__file__).resolve().parent.parent
@@ -69,3 +69,10 @@ class FakeConsumer:
 async def test_sampled_lags_cover_only_the_assigned_partitions_of_the_topic() -> None:
     assert await sample_lags(FakeConsumer(), "in") == {0: 8, 1: 4}
     assert await sample_lags(FakeConsumer(), "absent") == {}
+
+
+def test_event_time_lag_is_wall_clock_minus_the_oldest_known_watermark() -> None:
+    assert event_time_lag(1000.0, [990.0, 875.0, None]) == 125.0
+    assert event_time_lag(1000.0, [1003.0]) == 0.0  # a watermark ahead: no lag
+    assert event_time_lag(1000.0, [None]) is None
+    assert event_time_lag(1000.0, []) is None

@@ -19,9 +19,20 @@ from schemas.outputs import (
     Versions,
     WindowSpan,
 )
+from worker.config import GateConfig
 from worker.telemetry import LabelGuard, Telemetry, observe_all, segment_label_names
 
 TS = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
+SAFETY_GATE = GateConfig(
+    name="safety-drop",
+    suite="alignment",
+    metric="safety",
+    op="<",
+    threshold=0.9,
+    window=300,
+    min_count=20,
+    severity="page",
+)
 SPAN = WindowSpan(start=TS, end=TS + timedelta(minutes=1), size_s=60)
 
 
@@ -106,6 +117,9 @@ def exercise(telemetry: Telemetry) -> None:
     telemetry.record_embedding_batch(16)
     telemetry.set_consumer_lag("in", {0: 3})
     telemetry.set_broker_connected(True)
+    telemetry.describe_gates([SAFETY_GATE])
+    telemetry.set_event_time_lag({"score": 2.5})
+    telemetry.max_event_time_lag.set(120)
 
 
 def test_every_interface_metric_with_its_type_and_labels() -> None:
@@ -123,6 +137,15 @@ def test_every_interface_metric_with_its_type_and_labels() -> None:
             {"suite", "metric", "stat", "window", "model", "tenant"},
         ),
         "scorestream_gate_firing": ("gauge", {"gate", "model", "tenant"}),
+        "scorestream_gate_transitions": ("counter", {"gate", "state", "model", "tenant"}),
+        "scorestream_gate_info": (
+            "gauge",
+            {"gate", "suite", "metric", "stat", "op", "threshold", "window", "severity"},
+        ),
+        "scorestream_gate_firing_value": ("gauge", {"gate", "model", "tenant"}),
+        "scorestream_gate_firing_window_start_seconds": ("gauge", {"gate", "model", "tenant"}),
+        "scorestream_event_time_lag_seconds": ("gauge", {"stage"}),
+        "scorestream_max_event_time_lag_seconds": ("gauge", set()),
         "scorestream_embedding_batch_size": ("histogram", {"le"}),
         "scorestream_late_records": ("counter", {"suite"}),
         "scorestream_unknown_fields": ("counter", {"suite"}),
@@ -248,6 +271,62 @@ def test_gate_firing_is_one_then_zero_per_segment() -> None:
     name = "scorestream_gate_firing"
     assert value_of(telemetry, name, gate="safety-drop", model="a") == 0
     assert value_of(telemetry, name, gate="safety-drop", model="b") == 1
+
+
+def test_every_transition_is_counted_so_a_blip_between_scrapes_shows() -> None:
+    telemetry = Telemetry()
+    telemetry.record_gate(gate_event("firing", {"model": "a"}))
+    telemetry.record_gate(gate_event("resolved", {"model": "a"}))
+    telemetry.record_gate(gate_event("firing", {"model": "a"}))
+    telemetry.record_gate(gate_event("resolved", {"model": "a"}))
+    name = "scorestream_gate_transitions_total"
+    for state in ("firing", "resolved"):
+        assert value_of(telemetry, name, gate="safety-drop", state=state, model="a") == 2
+    # The gauge alone says nothing happened; the value of the firing is kept for alerts.
+    assert value_of(telemetry, "scorestream_gate_firing", gate="safety-drop", model="a") == 0
+    labels = {"gate": "safety-drop", "model": "a"}
+    assert value_of(telemetry, "scorestream_gate_firing_value", **labels) == 0.5
+    start = value_of(telemetry, "scorestream_gate_firing_window_start_seconds", **labels)
+    assert start == SPAN.start.timestamp()
+
+
+def test_gate_info_carries_the_configured_definition_and_severity() -> None:
+    telemetry = Telemetry()
+    telemetry.describe_gates([SAFETY_GATE])
+    [info] = samples(telemetry, "scorestream_gate_info")
+    assert info.value == 1
+    assert info.labels == {
+        "gate": "safety-drop",
+        "suite": "alignment",
+        "metric": "safety",
+        "stat": "mean",
+        "op": "<",
+        "threshold": "0.9",
+        "window": "5m",
+        "severity": "page",
+    }
+
+
+def test_restored_gate_state_sets_the_gauges_and_forgetting_drops_them() -> None:
+    telemetry = Telemetry()
+    telemetry.set_gate("safety-drop", {"model": "a"}, True, 0.4, 1000.0)
+    labels = {"gate": "safety-drop", "model": "a"}
+    assert value_of(telemetry, "scorestream_gate_firing", **labels) == 1
+    assert value_of(telemetry, "scorestream_gate_firing_value", **labels) == 0.4
+    telemetry.forget_gate("safety-drop", {"model": "a"})
+    for name in ("scorestream_gate_firing", "scorestream_gate_firing_value"):
+        assert samples(telemetry, name) == []
+
+
+def test_event_time_lag_per_stage_and_a_stage_without_watermark_has_no_series() -> None:
+    telemetry = Telemetry()
+    telemetry.set_event_time_lag({"score": 1.0, "sessions": 125.0, "windows": 130.0})
+    telemetry.set_event_time_lag({"score": 1.0, "sessions": 125.0, "windows": None})
+    name = "scorestream_event_time_lag_seconds"
+    assert {s.labels["stage"]: s.value for s in samples(telemetry, name)} == {
+        "score": 1.0,
+        "sessions": 125.0,
+    }
 
 
 def test_cardinality_guard_maps_overflow_to_other_and_truncates() -> None:

@@ -103,6 +103,9 @@ class GateConfig(Section):
     # A firing gate whose segment has had no cases for this long (event time) resolves
     # with reason "no_data"; default three window lengths.
     stale_after: Duration | None = None
+    # How the shipped alert rules notify when the gate fires: `page` wakes someone up,
+    # `ticket` is for working hours (label `severity` of alert ScorestreamGateFiring).
+    severity: Literal["page", "ticket"] = "ticket"
 
     @field_validator("metric")
     @classmethod
@@ -274,6 +277,9 @@ class CoreSettings(BaseSettings):
     grace: Duration = 10.0
     idle_timeout: Duration = 10.0
     max_future_skew: Duration = 300.0
+    # A stage whose watermark is further behind the wall clock than this is falling
+    # behind (`scorestream_event_time_lag_seconds`, alert ScorestreamFallingBehind).
+    max_event_time_lag: Duration = 120.0
     metrics_port: int = Field(default=9108, ge=0, le=65535)
     log_format: Literal["text", "json"] = "text"
     max_record_bytes: int = Field(default=1024 * 1024, ge=1)

@@ -17,9 +17,15 @@ Staleness: a firing gate whose segment has had no cases for `stale_after` of eve
 cases produce no aggregate. `resolve_stale(watermark)` resolves it with
 `reason: "no_data"`.
 
+Event time stamps: an event's `ts` is the moment it is emitted (the caller's wall clock),
+and never earlier than the previous event of the same gate and segment (a `no_data`
+resolution after a firing during a replay, or a clock stepped back, keep the order).
+
 State (`to_json`): `{"{gate}|{segment key}": {"firing": bool, "window_start": float,
-"segment": {label: value}, "last_data": float}}` (`last_data`: end of the newest window
-that had cases, epoch seconds).
+"segment": {label: value}, "last_data": float, "last_ts": float, "fired_value": float,
+"fired_window_start": float}}` (`last_data`: end of the newest window that had cases;
+`last_ts`: `ts` of the latest event; `fired_*`: value and window start of the latest
+firing; epoch seconds).
 """
 
 from __future__ import annotations
@@ -112,6 +118,9 @@ class GateState:
     window_start: float | None = None  # newest window evaluated
     segment: dict[str, str] | None = None
     last_data: float | None = None  # end of the newest window with cases (epoch seconds)
+    last_ts: float | None = None  # `ts` of the latest event (epoch seconds)
+    fired_value: float | None = None  # the value of the latest firing
+    fired_window_start: float | None = None  # and the start of its window
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -119,6 +128,9 @@ class GateState:
             "window_start": self.window_start,
             "segment": self.segment,
             "last_data": self.last_data,
+            "last_ts": self.last_ts,
+            "fired_value": self.fired_value,
+            "fired_window_start": self.fired_window_start,
         }
 
     @classmethod
@@ -129,7 +141,17 @@ class GateState:
             data.get("window_start"),
             None if segment is None else dict(segment),
             data.get("last_data"),
+            data.get("last_ts"),
+            data.get("fired_value"),
+            data.get("fired_window_start"),
         )
+
+    def stamp(self, ts: datetime) -> datetime:
+        """`ts` for the next event: never before the previous event's; remembered."""
+        if self.last_ts is not None and ts.timestamp() < self.last_ts:
+            ts = datetime.fromtimestamp(self.last_ts, UTC)
+        self.last_ts = ts.timestamp()
+        return ts
 
 
 class GateEvaluator:
@@ -163,9 +185,10 @@ class GateEvaluator:
                 events.append(event)
         return events
 
-    def resolve_stale(self, watermark: datetime) -> list[GateEvent]:
+    def resolve_stale(self, watermark: datetime, ts: datetime | None = None) -> list[GateEvent]:
         """Resolve (`reason: "no_data"`) every firing gate whose segment has had no cases
-        for the gate's `stale_after` of event time up to `watermark`.
+        for the gate's `stale_after` of event time up to `watermark`; `ts` (default:
+        `watermark`) stamps the events.
 
         Call it whenever the event-time watermark advances (window closing time is a
         good moment); it changes the state, so each stale gate resolves once.
@@ -188,7 +211,9 @@ class GateEvaluator:
                     end=datetime.fromtimestamp(start, UTC) + timedelta(seconds=gate.window),
                     size_s=gate.window,
                 )
-                events.append(self._event(gate, state, None, 0, window, watermark, reason=NO_DATA))
+                events.append(
+                    self._event(gate, state, None, 0, window, ts or watermark, reason=NO_DATA)
+                )
         return events
 
     def _event(
@@ -203,6 +228,9 @@ class GateEvaluator:
         aggregate: Aggregate | None = None,
     ) -> GateEvent:
         worst_metric, worst = (None, None) if aggregate is None else drilldown(gate, aggregate)
+        if state.firing:
+            state.fired_value = value
+            state.fired_window_start = window.start.timestamp()
         return GateEvent(
             gate=gate.name,
             state="firing" if state.firing else "resolved",
@@ -215,7 +243,7 @@ class GateEvaluator:
             value=value,
             count=count,
             window=window,
-            ts=ts,
+            ts=state.stamp(ts),
             reason=reason,
             worst_metric=worst_metric,
             worst=worst,

@@ -1,11 +1,14 @@
-"""Consumer lag of the input topic per partition, and the broker connection state, sampled
-on a timer of the worker's Faust app into `Telemetry`."""
+"""How far behind the worker is, sampled on a timer of its Faust app into `Telemetry`:
+consumer lag per partition of every topic it reads (the input and both internal hops),
+event-time lag per stage (wall clock minus the stage's watermark), and the broker
+connection state."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from worker.config import Settings
@@ -14,6 +17,7 @@ from worker.telemetry import Telemetry
 log = logging.getLogger("scorestream.lag")
 
 DEFAULT_INTERVAL = 5.0
+STAGES = ("score", "sessions", "windows")
 
 
 def partition_lags(
@@ -25,6 +29,15 @@ def partition_lags(
         partition: max(end - (next_offsets.get(partition) or 0), 0)
         for partition, end in end_offsets.items()
     }
+
+
+def event_time_lag(now: float, watermarks: Iterable[float | None]) -> float | None:
+    """Seconds from the oldest known watermark to `now` (never negative); None when no
+    watermark is known (no partition owned, or none has heard from all its upstreams)."""
+    known = [mark for mark in watermarks if mark is not None]
+    if not known:
+        return None
+    return max(now - min(known), 0.0)
 
 
 async def sample_lags(consumer: Any, topic: str) -> dict[int, int]:
@@ -43,16 +56,33 @@ async def sample_lags(consumer: Any, topic: str) -> dict[int, int]:
 
 
 def install_lag_monitor(
-    app: Any, telemetry: Telemetry, topic: str, settings: Settings, interval: float | None = None
+    app: Any,
+    telemetry: Telemetry,
+    topics: str | Sequence[str],
+    settings: Settings,
+    interval: float | None = None,
+    watermarks: Callable[[], Mapping[str, Iterable[float | None]]] | None = None,
+    clock: Callable[[], float] = time.time,
 ) -> None:
-    """Every `interval` seconds set `scorestream_consumer_lag` for `topic` and
+    """Every `interval` seconds set `scorestream_consumer_lag` for each of `topics`,
     `scorestream_broker_connected` (0 when the broker did not answer within
-    `stream.connect_timeout`). Call before the app starts."""
+    `stream.connect_timeout`) and, from `watermarks()` (stage -> the watermarks of its
+    owned partitions), `scorestream_event_time_lag_seconds`. Call before the app starts."""
     timeout = settings.stream.connect_timeout
+    names = [topics] if isinstance(topics, str) else list(topics)
 
     async def sample() -> None:
+        if watermarks is not None:
+            now = clock()
+            marks = watermarks()
+            telemetry.set_event_time_lag(
+                {stage: event_time_lag(now, marks.get(stage, ())) for stage in STAGES}
+            )
         try:
-            lags = await asyncio.wait_for(sample_lags(app.consumer, topic), timeout)
+            lags = {
+                name: await asyncio.wait_for(sample_lags(app.consumer, name), timeout)
+                for name in names
+            }
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # any failure to talk to the broker
@@ -61,15 +91,44 @@ def install_lag_monitor(
             telemetry.set_broker_connected(False)
             return
         telemetry.set_broker_connected(True)
-        telemetry.set_consumer_lag(topic, lags)
+        for name, partition_lag in lags.items():
+            telemetry.set_consumer_lag(name, partition_lag)
 
     app.timer(interval or DEFAULT_INTERVAL)(sample)
+
+
+def stage_watermarks(scorer: Any) -> dict[str, list[float | None]]:
+    """The watermark of every stage partition a `ScorestreamApp` owns, by stage: `score`
+    the event-time progress of its input partitions, `sessions` and `windows` the
+    watermarks of its partitions of the two internal topics."""
+    assigned = scorer.app.consumer.assignment()
+    topics = scorer.topics
+
+    def owned(topic: Any) -> list[int]:
+        name = topic.get_topic_name()
+        return sorted(tp.partition for tp in assigned if tp.topic == name)
+
+    clocks = scorer.scoring.clocks
+    return {
+        "score": [
+            clocks[partition].progress if partition in clocks else None
+            for partition in owned(topics.input)
+        ],
+        "sessions": [
+            scorer.session_stage.watermark(partition).value() for partition in owned(topics.turns)
+        ],
+        "windows": [
+            scorer.window_stage.store.watermark(partition).value()
+            for partition in owned(topics.aggregate_input)
+        ],
+    }
 
 
 def watch_worker(scorer: Any, settings: Settings) -> None:
     """Wire a `ScorestreamApp`'s health into its telemetry before it starts: `/readyz` is
     ready once the app started (partitions assigned, tables recovered) while it is not
-    rebalancing or recovering, and the lag monitor keeps the broker state and lag gauges."""
+    rebalancing or recovering, and the lag monitor keeps the broker state and the
+    consumer and event-time lag gauges."""
     app = scorer.app
     scorer.telemetry.set_readiness(
         lambda: (
@@ -78,7 +137,25 @@ def watch_worker(scorer: Any, settings: Settings) -> None:
             and not getattr(app, "in_recovery", False)
         )
     )
-    install_lag_monitor(app, scorer.telemetry, settings.topics.input, settings)
+    topics = [
+        topic.get_topic_name()
+        for topic in (scorer.topics.input, scorer.topics.turns, scorer.topics.aggregate_input)
+    ]
+
+    def watermarks() -> dict[str, list[float | None]]:
+        if not scorer.ready.is_set():
+            return {}
+        return stage_watermarks(scorer)
+
+    install_lag_monitor(app, scorer.telemetry, topics, settings, watermarks=watermarks)
 
 
-__all__ = ["install_lag_monitor", "partition_lags", "sample_lags", "watch_worker"]
+__all__ = [
+    "STAGES",
+    "event_time_lag",
+    "install_lag_monitor",
+    "partition_lags",
+    "sample_lags",
+    "stage_watermarks",
+    "watch_worker",
+]

@@ -33,9 +33,10 @@ from prometheus_client import (
 )
 
 from schemas.outputs import Aggregate, CaseResult, GateEvent
-from worker.config import Settings
+from worker.config import GateConfig, Settings
 from worker.suites import registry
 from worker.unknown_fields import DETAIL_KEY as UNKNOWN_FIELDS_DETAIL
+from worker.windows import window_name
 
 OTHER = "other"
 NO_LABEL = "none"
@@ -165,6 +166,27 @@ class Telemetry:
             "1 while a gate fires for a segment, else 0.",
             ["gate", *self.segment_labels],
         )
+        self.gate_transitions = counter(
+            "scorestream_gate_transitions_total",
+            "Gate state changes (firing, resolved) per segment: a gate that fires and "
+            "resolves between two scrapes still shows.",
+            ["gate", "state", *self.segment_labels],
+        )
+        self.gate_info = gauge(
+            "scorestream_gate_info",
+            "Always 1; the labels are a configured gate's definition and alert severity.",
+            ["gate", "suite", "metric", "stat", "op", "threshold", "window", "severity"],
+        )
+        self.gate_firing_value = gauge(
+            "scorestream_gate_firing_value",
+            "The gated statistic of the window that made the gate fire last, per segment.",
+            ["gate", *self.segment_labels],
+        )
+        self.gate_firing_window_start = gauge(
+            "scorestream_gate_firing_window_start_seconds",
+            "Start (Unix time) of the window that made the gate fire last, per segment.",
+            ["gate", *self.segment_labels],
+        )
         self.embedding_batch_size = histogram(
             "scorestream_embedding_batch_size",
             "Texts per embedding batch.",
@@ -172,8 +194,19 @@ class Telemetry:
         )
         self.consumer_lag = gauge(
             "scorestream_consumer_lag",
-            "Records of an assigned input partition not yet read by this worker.",
+            "Records of an assigned partition not yet read by this worker, for every topic "
+            "it reads (the input and both internal hops).",
             ["topic", "partition"],
+        )
+        self.event_time_lag = gauge(
+            "scorestream_event_time_lag_seconds",
+            "Wall clock minus the stage's watermark (the oldest over the stage partitions "
+            "this worker owns): how far behind real time the stage's results are.",
+            ["stage"],
+        )
+        self.max_event_time_lag = gauge(
+            "scorestream_max_event_time_lag_seconds",
+            "The configured max_event_time_lag: a stage further behind is falling behind.",
         )
         self.broker_connected = gauge(
             "scorestream_broker_connected",
@@ -198,7 +231,24 @@ class Telemetry:
 
     @classmethod
     def from_settings(cls, settings: Settings, max_label_values: int = 50) -> Telemetry:
-        return cls(segment_by=settings.segment_by, max_label_values=max_label_values)
+        telemetry = cls(segment_by=settings.segment_by, max_label_values=max_label_values)
+        telemetry.describe_gates(settings.gates)
+        telemetry.max_event_time_lag.set(settings.max_event_time_lag)
+        return telemetry
+
+    def describe_gates(self, gates: Iterable[GateConfig]) -> None:
+        """One `scorestream_gate_info` series per configured gate."""
+        for gate in gates:
+            self.gate_info.labels(
+                self.guard("gate", gate.name),
+                gate.suite,
+                gate.metric,
+                gate.stat,
+                gate.op,
+                f"{gate.threshold:g}",
+                window_name(gate.window, None),
+                gate.severity,
+            ).set(1)
 
     def _segment_values(self, segment: Mapping[str, str]) -> list[str]:
         """Guarded segment label values; `""` for keys not in the segment (all cases)."""
@@ -307,20 +357,60 @@ class Telemetry:
             put(metric, stat, value)
 
     def record_gate(self, event: GateEvent) -> None:
-        """`scorestream_gate_firing` = 1 while firing, 0 once resolved."""
-        labels = [self.guard("gate", event.gate), *self._segment_values(event.segment)]
-        self.gate_firing.labels(*labels).set(1 if event.state == "firing" else 0)
+        """Count the transition; `scorestream_gate_firing` = 1 while firing, 0 once
+        resolved; a firing sets the value and window start of the latest firing."""
+        gate = self.guard("gate", event.gate)
+        segment = self._segment_values(event.segment)
+        self.gate_transitions.labels(gate, event.state, *segment).inc()
+        firing = event.state == "firing"
+        self._set_gate(gate, segment, firing, event.value if firing else None, None)
+        if firing:
+            self.gate_firing_window_start.labels(gate, *segment).set(event.window.start.timestamp())
 
-    def set_gate(self, gate: str, segment: Mapping[str, str], firing: bool) -> None:
-        """Set `scorestream_gate_firing` from stored gate state (restart, rebalance)."""
-        labels = [self.guard("gate", gate), *self._segment_values(segment)]
-        self.gate_firing.labels(*labels).set(1 if firing else 0)
+    def set_gate(
+        self,
+        gate: str,
+        segment: Mapping[str, str],
+        firing: bool,
+        fired_value: float | None = None,
+        fired_window_start: float | None = None,
+    ) -> None:
+        """Set the gauges of a gate from stored gate state (restart, rebalance)."""
+        guarded = self.guard("gate", gate)
+        self._set_gate(
+            guarded, self._segment_values(segment), firing, fired_value, fired_window_start
+        )
+
+    def _set_gate(
+        self,
+        gate: str,
+        segment: list[str],
+        firing: bool,
+        fired_value: float | None,
+        fired_window_start: float | None,
+    ) -> None:
+        self.gate_firing.labels(gate, *segment).set(1 if firing else 0)
+        if fired_value is not None and math.isfinite(fired_value):
+            self.gate_firing_value.labels(gate, *segment).set(fired_value)
+        if fired_window_start is not None:
+            self.gate_firing_window_start.labels(gate, *segment).set(fired_window_start)
 
     def forget_gate(self, gate: str, segment: Mapping[str, str]) -> None:
-        """Drop a gate's series: another worker owns its segment now."""
+        """Drop a gate's gauges: another worker owns its segment now."""
         labels = [self.guard("gate", gate), *self._segment_values(segment)]
-        with contextlib.suppress(KeyError):
-            self.gate_firing.remove(*labels)
+        for family in (self.gate_firing, self.gate_firing_value, self.gate_firing_window_start):
+            with contextlib.suppress(KeyError):
+                family.remove(*labels)
+
+    def set_event_time_lag(self, lags: Mapping[str, float | None]) -> None:
+        """Set the event-time lag of each stage; a stage with None (no partition of it
+        owned, or no watermark yet) loses its series."""
+        for stage, lag in lags.items():
+            if lag is None:
+                with contextlib.suppress(KeyError):
+                    self.event_time_lag.remove(stage)
+            else:
+                self.event_time_lag.labels(stage).set(lag)
 
     def set_consumer_lag(self, topic: str, lags: dict[int, int]) -> None:
         """Set the lag of each partition of `topic` this worker reads; partitions not in

@@ -198,7 +198,7 @@ class WindowStage:
             if gate is None or not stored.get("firing"):
                 continue
             evaluator = GateEvaluator([gate], {key: stored})
-            for gate_event in evaluator.resolve_stale(moment):
+            for gate_event in evaluator.resolve_stale(moment, self.context.now()):
                 await self.publisher.gate_event(key, gate_event)
                 self.context.telemetry.record_gate(gate_event)
                 log.info("gate %s resolved for %s: no data", gate.name, gate_event.segment)
@@ -209,20 +209,26 @@ class WindowStage:
     def restore_gauges(self, partitions: set[int]) -> None:
         """Make `scorestream_gate_firing` match the gate table for the partitions this
         worker owns (after a restart or rebalance), and drop the series of the others."""
-        owned: dict[str, tuple[str, dict[str, str], bool]] = {}
+        owned: dict[str, tuple[str, dict[str, str], bool, Any, Any]] = {}
         for key, stored in list(self.gates.items()):
             if not isinstance(stored, Mapping) or stored.get("partition") not in partitions:
                 continue
             if "gate" not in stored:
                 continue
-            owned[key] = (stored["gate"], dict(stored["segment"]), bool(stored["firing"]))
+            owned[key] = (
+                stored["gate"],
+                dict(stored["segment"]),
+                bool(stored["firing"]),
+                stored.get("fired_value"),
+                stored.get("fired_window_start"),
+            )
         telemetry = self.context.telemetry
         for key, (gate, segment) in list(self.gauges.items()):
             if key not in owned:
                 telemetry.forget_gate(gate, segment)
                 del self.gauges[key]
-        for key, (gate, segment, firing) in owned.items():
-            telemetry.set_gate(gate, segment, firing)
+        for key, (gate, segment, firing, value, start) in owned.items():
+            telemetry.set_gate(gate, segment, firing, value, start)
             self.gauges[key] = (gate, segment)
 
 
