@@ -22,6 +22,14 @@ def alerts() -> list[dict[str, Any]]:
     return [rule for group in groups for rule in group["rules"] if "alert" in rule]
 
 
+RECORDED = {
+    rule["record"]: rule["expr"]
+    for group in yaml.safe_load(RULES.read_text(encoding="utf-8"))["groups"]
+    for rule in group["rules"]
+    if "record" in rule
+}
+
+
 def rule_tests() -> list[dict[str, Any]]:
     return list(yaml.safe_load(RULE_TESTS.read_text(encoding="utf-8"))["tests"])
 
@@ -43,7 +51,10 @@ def test_every_alert_has_for_severity_summary_description_and_a_runbook() -> Non
     for rule in alerts():
         name = rule["alert"]
         assert rule.get("for"), f"{name}: no `for:` (pages on a single evaluation)"
-        assert rule["labels"]["severity"] in {"page", "ticket"}, name
+        if name == "ScorestreamGateFiring":  # the gate's configured severity
+            assert "severity" in rule["expr"] + RECORDED["scorestream:gate_alert"]
+        else:
+            assert rule["labels"]["severity"] in {"page", "ticket"}, name
         annotations = rule["annotations"]
         assert annotations.get("summary") and annotations.get("description"), name
         assert annotations["runbook_url"] == f"docs/runbooks/{name}.md", name
@@ -64,21 +75,32 @@ def test_every_alert_is_unit_tested_firing_and_not_firing() -> None:
     assert names - quiet == set(), "alerts never tested quiet or resolved"
 
 
-def test_one_page_per_drop_and_readable_segment_are_tested() -> None:
-    """The three defects of the old rules each have a case in the unit tests."""
+def test_gates_are_the_one_source_of_score_alerts() -> None:
+    """No rule re-derives a threshold from the window values: score alerts come from the
+    gates, which page by their own severity (safety-drop pages), with a drill-down."""
+    text = RULES.read_text(encoding="utf-8")
+    rules = [rule for group in yaml.safe_load(text)["groups"] for rule in group["rules"]]
+    assert all("scorestream_window_value" not in rule["expr"] for rule in rules)
+    assert "safety-drop" not in "".join(rule["expr"] for rule in rules)
+    [gate_alert] = [rule for rule in alerts() if rule["alert"] == "ScorestreamGateFiring"]
+    assert "scorestream results --gate" in gate_alert["annotations"]["drilldown"]
     checks = [check for case in rule_tests() for check in case.get("alert_rule_test", [])]
-    drop = [check for check in checks if check["alertname"] == "ScorestreamSafetyDrop"]
-    models = [alert["exp_labels"]["model"] for check in drop for alert in check["exp_alerts"]]
-    assert "all models" in models and "" not in models
+    gate_checks = [check for check in checks if check["alertname"] == "ScorestreamGateFiring"]
+    fired = [alert["exp_labels"] for check in gate_checks for alert in check["exp_alerts"]]
+    assert {"page", "ticket"} == {labels["severity"] for labels in fired}
+    assert "all models" in {labels["model"] for labels in fired}
     # At most one alert per evaluation: the all-cases segment and the model do not both page.
-    assert all(len(check["exp_alerts"]) <= 1 for check in drop)
-    gate_pages = [
-        alert
-        for check in checks
-        if check["alertname"] == "ScorestreamGateFiring"
-        for alert in check["exp_alerts"]
-    ]
-    assert all(alert["exp_labels"]["gate"] != "safety-drop" for alert in gate_pages)
+    assert all(len(check["exp_alerts"]) <= 1 for check in gate_checks)
+
+
+def test_shipped_configs_page_on_the_safety_drop_gate_only() -> None:
+    for path in (REPO / "deploy" / "config.yaml", REPO / "examples" / "demo" / "config.yaml"):
+        gates = yaml.safe_load(path.read_text(encoding="utf-8"))["gates"]
+        severities = {gate["name"]: gate.get("severity", "ticket") for gate in gates}
+        assert severities["safety-drop"] == "page", path
+        assert {name for name, level in severities.items() if level == "page"} == {"safety-drop"}, (
+            path
+        )
 
 
 @pytest.mark.skipif(shutil.which("amtool") is None, reason="prometheus-alertmanager not installed")
