@@ -139,6 +139,65 @@ async def test_a_gate_event_leads_to_its_worst_cases(
     assert all(ident in text for ident in expected), text
     assert "5 case(s)" in text
 
+    # From the gate's name, as the alert's drill-down runs it: the same cases, and the
+    # firing it started from.
+    by_name = results_command(
+        broker, config_path, "--gate", "safe-composite", "--segment", "model=m1", "--format", "json"
+    )
+    assert by_name.returncode == 0, by_name.stderr.decode()
+    named = json.loads(by_name.stdout)
+    assert [result["id"] for result in named["results"]] == expected
+    assert named["gate_event"]["ts"] == firing["ts"]
+    assert named["gate_event"]["segment"] == {"model": "m1"}
+    never = results_command(broker, config_path, "--gate", "no-such-gate")
+    assert never.returncode == 1
+    assert "gate no-such-gate has not fired" in never.stderr.decode()
+
+    # `scorestream gates`: the latest state of every gate and segment, here both firing.
+    gates = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "worker",
+            "gates",
+            "--broker",
+            broker.url,
+            "--config",
+            str(config_path),
+            "--format",
+            "json",
+        ],
+        capture_output=True,
+        check=False,
+        timeout=120,
+    )
+    assert gates.returncode == 0, gates.stderr.decode()
+    states = json.loads(gates.stdout)
+    assert {(e["gate"], json.dumps(e["segment"]), e["state"]) for e in states} == {
+        ("safe-composite", "{}", "firing"),
+        ("safe-composite", json.dumps({"model": "m1"}), "firing"),
+    }
+    table = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "worker",
+            "gates",
+            "--broker",
+            broker.url,
+            "--config",
+            str(config_path),
+            "--since",
+            "1h",
+        ],
+        capture_output=True,
+        check=False,
+        timeout=120,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    assert table.returncode == 0, table.stderr.decode()
+    assert "model=m1" in table.stdout.decode() and "2 event(s), 2 firing" in table.stdout.decode()
+
     # The window and segment, without a gate event: every case, worst composite first.
     window_start = firing["window"]["start"]
     listing = results_command(

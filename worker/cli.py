@@ -77,10 +77,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     results = commands.add_parser(
         "results",
-        help="print the results of a window and segment, or of a gate event's worst cases",
+        help="print the results of a window and segment, or the cases behind a gate",
         description="Read the results topic and print the cases of a window and segment "
-        "(--suite, --window-start, --window, --segment) or the worst cases a gate event "
-        "lists (--gate-event FILE, - for stdin). Exit 1 when a listed case is not found.",
+        "(--suite, --window-start, --window, --segment), the worst cases behind a gate's "
+        "latest firing (--gate NAME [--segment k=v], from the gates topic) or the worst "
+        "cases a gate event lists (--gate-event FILE, - for stdin). Exit 1 when a listed "
+        "case is not found or the gate has not fired.",
     )
     results.add_argument("--suite", choices=suites)
     results.add_argument("--window-start", help="RFC 3339 start, e.g. 2026-01-01T12:00:00Z")
@@ -88,11 +90,25 @@ def build_parser() -> argparse.ArgumentParser:
     results.add_argument(
         "--segment", action="append", help="key=value[,key=value] (default: all cases)"
     )
+    results.add_argument(
+        "--gate", metavar="NAME", help="the gate's latest firing (of --segment, if given)"
+    )
     results.add_argument("--gate-event", metavar="FILE", help="a gate event JSON file, or -")
     results.add_argument("--metric", help="order by this metric, worst first")
     results.add_argument("--limit", type=int, help="print at most this many cases")
     results.add_argument("--format", default="console", choices=["console", "json"])
     _kafka_options(results)
+
+    gates = commands.add_parser(
+        "gates",
+        help="gate events from the gates topic: latest state per gate and segment",
+        description="Read the gates topic and print the latest event of each gate and "
+        "segment, or with --since every event from then on, oldest first.",
+    )
+    gates.add_argument("--since", metavar="T", help="a duration back from now (2h) or RFC 3339")
+    gates.add_argument("--gate", metavar="NAME", help="only this gate")
+    gates.add_argument("--format", default="table", choices=["table", "json"])
+    _kafka_options(gates)
 
     compare = commands.add_parser("compare", help="regression report of two JSON reports")
     compare.add_argument("baseline", metavar="BASELINE")
@@ -110,6 +126,7 @@ HANDLERS = {
     "topics": "worker.commands.stream",
     "demo": "worker.commands.demo",
     "results": "worker.commands.results",
+    "gates": "worker.commands.gates",
 }
 
 

@@ -1,43 +1,67 @@
-"""`scorestream results`: the published results of a window and segment, or of a gate
-event's worst cases, read back from the results topic."""
+"""`scorestream results`: the published results of a window and segment, of a gate
+event's worst cases, or of a gate's latest firing (`--gate`, found on the gates topic),
+read back from the results topic."""
 
 from __future__ import annotations
 
 import argparse
 import sys
-import time
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import orjson
-from aiokafka import AIOKafkaConsumer, TopicPartition
 from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
 from schemas.envelope import parse_event_time
 from schemas.outputs import CaseResult, GateEvent
-from topics.provision import bootstrap_servers
-from worker.commands.stream import broker_of, client_options, settings_for
+from worker.commands.gates import read_gate_events, segment_text
+from worker.commands.readback import read_topic
+from worker.commands.stream import broker_of, settings_for
 from worker.config import Settings, parse_duration
-from worker.connection import BrokerUnavailable, within
 from worker.drilldown import Query, Selection, gate_event_query, select, window_query
 from worker.exit_codes import EXIT_MISSING, EXIT_OK, UsageError
+from worker.gate_history import latest_firing
 from worker.validation_errors import describe_validation_error
 
 
 def run_results(args: argparse.Namespace) -> int:
-    """Print the results a window/segment or a gate event points to."""
-    query = query_of(args)
+    """Print the results a window/segment, a gate event or a gate's latest firing points
+    to."""
+    query = None if args.gate is not None else query_of(args)
+    check_gate_usage(args)
     settings = settings_for(args)
     broker = broker_of(settings)
+    event = None
+    if args.gate is not None:
+        segment = None if args.segment is None else parse_segment(args.segment)
+        event = latest_firing(read_gate_events(settings, broker), args.gate, segment)
+        if event is None:
+            where = "" if segment is None else f" for segment {segment_text(segment)}"
+            print(
+                f"scorestream results: gate {args.gate} has not fired{where} "
+                f"(no firing event on {settings.topics.gates}; see scorestream gates)",
+                file=sys.stderr,
+            )
+            return EXIT_MISSING
+        query = gate_event_query(event, args.limit)
+        if args.metric is not None:
+            query = _with_metric(query, args.metric)
+    assert query is not None
     results = read_results(settings, broker, settings.topics.results)
     selection = select(results, query)
     if args.format == "json":
-        sys.stdout.write(orjson.dumps(to_json(query, selection)).decode() + "\n")
+        shown = to_json(query, selection)
+        if event is not None:
+            shown["gate_event"] = event.model_dump(mode="json", exclude_none=True)
+        sys.stdout.write(orjson.dumps(shown).decode() + "\n")
     else:
-        render(Console(), query, selection)
+        console = Console()
+        if event is not None:
+            console.print(describe_firing(event))
+        render(console, query, selection)
     if selection.missing:
         print(
             f"scorestream results: {len(selection.missing)} case(s) not on "
@@ -46,6 +70,40 @@ def run_results(args: argparse.Namespace) -> int:
         )
         return EXIT_MISSING
     return EXIT_OK
+
+
+def check_gate_usage(args: argparse.Namespace) -> None:
+    """`--gate` takes the suite and window from the gate's latest firing."""
+    if args.gate is None:
+        return
+    if args.limit is not None and args.limit <= 0:
+        raise UsageError("--limit must be positive")
+    clashing = [
+        flag
+        for flag, value in (
+            ("--gate-event", args.gate_event),
+            ("--suite", args.suite),
+            ("--window-start", args.window_start),
+            ("--window", args.window),
+        )
+        if value
+    ]
+    if clashing:
+        raise UsageError(
+            f"--gate takes its suite and window from the gate's latest firing: "
+            f"drop {', '.join(clashing)}"
+        )
+
+
+def describe_firing(event: GateEvent) -> str:
+    """One line on the gate event a drill-down starts from."""
+    segment = segment_text(event.segment)
+    value = "?" if event.value is None else f"{event.value:.4g}"
+    return (
+        f"{event.gate} fired at {_stamp(event.ts)} for {segment}: {event.suite} "
+        f"{event.metric} {event.stat} {value} {event.op} {event.threshold:g} "
+        f"({event.count} cases, window from {_stamp(event.window.start)})"
+    )
 
 
 # ---------------------------------------------------------------- arguments
@@ -70,7 +128,7 @@ def query_of(args: argparse.Namespace) -> Query:
         if not value
     ]
     if missing:
-        raise UsageError(f"give {', '.join(missing)} (or --gate-event FILE)")
+        raise UsageError(f"give {', '.join(missing)} (or --gate NAME, or --gate-event FILE)")
     try:
         start = parse_event_time(args.window_start)
     except ValueError as exc:
@@ -134,86 +192,7 @@ def read_gate_event(source: str) -> GateEvent:
 
 def read_results(settings: Settings, broker: str, topic: str) -> list[CaseResult]:
     """Every result on `topic` (from the beginning up to its end when asked)."""
-    import asyncio
-
-    return asyncio.run(_read_results(settings, bootstrap_servers(broker), topic))
-
-
-async def _read_results(settings: Settings, bootstrap: str, topic: str) -> list[CaseResult]:
-    timeout = settings.stream.connect_timeout
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap,
-        enable_auto_commit=False,
-        **client_options(settings),
-    )
-    try:
-        await within(consumer.start(), bootstrap, timeout, "connecting the consumer")
-        partitions = await within(
-            _partitions(consumer, topic), bootstrap, timeout, f"reading the partitions of {topic}"
-        )
-        if not partitions:
-            raise UsageError(f"topic {topic} does not exist (scorestream topics create)")
-        consumer.assign(partitions)
-        begin = await within(
-            consumer.beginning_offsets(partitions), bootstrap, timeout, "reading offsets"
-        )
-        end = await within(consumer.end_offsets(partitions), bootstrap, timeout, "reading offsets")
-        for partition in partitions:
-            consumer.seek(partition, begin[partition])
-        return await _drain(consumer, begin, end, bootstrap, timeout)
-    finally:
-        await consumer.stop()
-
-
-async def _partitions(consumer: AIOKafkaConsumer, topic: str) -> list[TopicPartition]:
-    if topic not in await consumer.topics():  # also refreshes the cluster metadata
-        return []
-    found = consumer.partitions_for_topic(topic)
-    return [TopicPartition(topic, p) for p in sorted(found or ())]
-
-
-async def _drain(
-    consumer: AIOKafkaConsumer,
-    begin: dict[TopicPartition, int],
-    end: dict[TopicPartition, int],
-    bootstrap: str,
-    timeout: float,
-) -> list[CaseResult]:
-    """Read each partition up to the end offset seen at the start (results published
-    meanwhile are not waited for). When a partition reaches the listed end, the high
-    watermark its fetches reported counts once too: some brokers (the embedded Tansu)
-    list a short end after a multi-record batch."""
-    position = dict(begin)
-    end = dict(end)
-    extended: set[TopicPartition] = set()
-    results: list[CaseResult] = []
-    quiet_since = time.monotonic()
-    while True:
-        for partition in end:
-            if position[partition] >= end[partition] and partition not in extended:
-                extended.add(partition)
-                fetched = consumer.highwater(partition)
-                if fetched is not None and fetched > end[partition]:
-                    end[partition] = fetched
-        if all(position[p] >= end[p] for p in end):
-            break
-        batch = await consumer.getmany(timeout_ms=500)
-        if not batch:
-            if time.monotonic() - quiet_since > timeout:
-                raise BrokerUnavailable(
-                    f"the Kafka broker at {bootstrap} sent nothing for {timeout:g}s while "
-                    "reading results (stream.connect_timeout)"
-                )
-            continue
-        quiet_since = time.monotonic()
-        for partition, messages in batch.items():
-            for message in messages:
-                position[partition] = message.offset + 1
-                if message.value is not None:  # a fetch brings whole batches: keep them
-                    parsed = _result(message.value)
-                    if parsed is not None:
-                        results.append(parsed)
-    return results
+    return read_topic(settings, broker, topic, _result)
 
 
 def _result(value: bytes) -> CaseResult | None:
