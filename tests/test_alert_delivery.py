@@ -13,6 +13,7 @@ import asyncio
 import json
 import shutil
 import subprocess
+import sys
 import threading
 import time
 import urllib.parse
@@ -363,6 +364,22 @@ async def test_a_live_safety_drop_is_one_page_that_resolves_once(
         mine = [e for e in events if e["segment"] == {"model": MODEL}]
         assert [e["state"] for e in mine] == ["firing", "resolved"]
         (tmp_path / "page.json").write_text(json.dumps(firing, indent=2), encoding="utf-8")
+        # The page's drill-down, run as it stands, lists the unsafe sessions' cases.
+        [alert] = firing["alerts"]
+        command = alert["annotations"]["drilldown"].split()
+        assert command[0] == "scorestream"
+        flags = ["--broker", broker.url, "--config", str(tmp_path / "config.yaml")]
+        done = subprocess.run(
+            [sys.executable, "-m", "worker", *command[1:], *flags, "--format", "json"],
+            capture_output=True,
+            check=False,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr.decode()
+        shown = orjson.loads(done.stdout)
+        assert shown["results"], shown
+        ids = [(result["id"], result["kind"]) for result in shown["results"]]
+        assert all("ll-004-b" in ident for ident, _ in ids), ids  # the unsafe sessions
     finally:
         stack.stop()
         if worker is not None:
@@ -392,6 +409,19 @@ async def test_a_drop_replayed_from_an_hour_of_history_is_one_page_that_resolves
     try:
         worker = await start_worker(tmp_path, broker, config)
         await one_page_then_one_resolution(webhook, stack)
+        # Lag told the truth: every stage was an hour behind while it replayed, and is
+        # caught up now; the internal hops have consumer lag series too.
+        for stage in ("score", "sessions", "windows"):
+            [peak] = stack.query(
+                f'max_over_time(scorestream_event_time_lag_seconds{{stage="{stage}"}}[10m])'
+            )
+            assert float(peak["value"][1]) > 1800, (stage, peak)
+            [now_lag] = stack.query(f'scorestream_event_time_lag_seconds{{stage="{stage}"}}')
+            assert float(now_lag["value"][1]) < 60, (stage, now_lag)
+        topics = {series["metric"]["topic"] for series in stack.query("scorestream_consumer_lag")}
+        app = config["app_id"]
+        internal = {f"{app}-alignment-turns", f"{app}-aggregate-input"}
+        assert topics == {settings.topics.input} | internal
         events = await gate_events(broker, settings.topics.gates, 2)
         mine = [e for e in events if e["segment"] == {"model": MODEL}]
         assert [e["state"] for e in mine] == ["firing", "resolved"]
