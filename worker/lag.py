@@ -64,20 +64,23 @@ def install_lag_monitor(
     watermarks: Callable[[], Mapping[str, Iterable[float | None]]] | None = None,
     clock: Callable[[], float] = time.time,
 ) -> None:
-    """Every `interval` seconds set `scorestream_consumer_lag` for each of `topics`,
+    """Every `interval` seconds set `scorestream_consumer_lag` for each of `topics` and
     `scorestream_broker_connected` (0 when the broker did not answer within
-    `stream.connect_timeout`) and, from `watermarks()` (stage -> the watermarks of its
-    owned partitions), `scorestream_event_time_lag_seconds`. Call before the app starts."""
+    `stream.connect_timeout`); every `stream.tick_interval`, from `watermarks()` (stage ->
+    the watermarks of its owned partitions), `scorestream_event_time_lag_seconds`. Call
+    before the app starts."""
     timeout = settings.stream.connect_timeout
     names = [topics] if isinstance(topics, str) else list(topics)
 
+    async def sample_event_time() -> None:
+        assert watermarks is not None
+        now = clock()
+        marks = watermarks()
+        telemetry.set_event_time_lag(
+            {stage: event_time_lag(now, marks.get(stage, ())) for stage in STAGES}
+        )
+
     async def sample() -> None:
-        if watermarks is not None:
-            now = clock()
-            marks = watermarks()
-            telemetry.set_event_time_lag(
-                {stage: event_time_lag(now, marks.get(stage, ())) for stage in STAGES}
-            )
         try:
             lags = {
                 name: await asyncio.wait_for(sample_lags(app.consumer, name), timeout)
@@ -95,6 +98,8 @@ def install_lag_monitor(
             telemetry.set_consumer_lag(name, partition_lag)
 
     app.timer(interval or DEFAULT_INTERVAL)(sample)
+    if watermarks is not None:  # no broker round trip: as often as markers go out
+        app.timer(settings.stream.tick_interval)(sample_event_time)
 
 
 def stage_watermarks(scorer: Any) -> dict[str, list[float | None]]:
