@@ -6,12 +6,15 @@ import logging
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import orjson
 from faust.types import TP
 
-from worker.lag import event_time_lag, partition_lags, sample_lags
+from worker.config import load_settings
+from worker.lag import event_time_lag, install_lag_monitor, partition_lags, sample_lags
 from worker.logs import JsonFormatter
+from worker.telemetry import Telemetry
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -76,3 +79,48 @@ def test_event_time_lag_is_wall_clock_minus_the_oldest_known_watermark() -> None
     assert event_time_lag(1000.0, [1003.0]) == 0.0  # a watermark ahead: no lag
     assert event_time_lag(1000.0, [None]) is None
     assert event_time_lag(1000.0, []) is None
+
+
+class FakeApp:
+    """Collects the timers the lag monitor installs."""
+
+    def __init__(self) -> None:
+        self.consumer = FakeConsumer()
+        self.timers: dict[float, Any] = {}
+
+    def timer(self, interval: float) -> Any:
+        def register(function: Any) -> Any:
+            self.timers[interval] = function
+            return function
+
+        return register
+
+
+async def test_the_monitor_samples_every_topic_read_and_each_stage_event_time_lag() -> None:
+    app = FakeApp()
+    telemetry = Telemetry()
+    settings = load_settings(None, environ={})
+    install_lag_monitor(
+        app,
+        telemetry,
+        ["in", "other"],
+        settings,
+        watermarks=lambda: {"score": [998.0], "sessions": [990.0, 875.0], "windows": [None]},
+        clock=lambda: 1000.0,
+    )
+    for sample in app.timers.values():
+        await sample()
+    lags = {
+        (s.labels["topic"], s.labels["partition"]): s.value
+        for metric in telemetry.registry.collect()
+        for s in metric.samples
+        if s.name == "scorestream_consumer_lag"
+    }
+    assert lags == {("in", "0"): 8, ("in", "1"): 4, ("other", "0"): 47}
+    behind = {
+        s.labels["stage"]: s.value
+        for metric in telemetry.registry.collect()
+        for s in metric.samples
+        if s.name == "scorestream_event_time_lag_seconds"
+    }
+    assert behind == {"score": 2.0, "sessions": 125.0}  # windows: no watermark yet
