@@ -58,6 +58,7 @@ class FakeConsumer:
     def __init__(self) -> None:
         self.assigned = {TP("in", 0), TP("in", 1), TP("other", 0)}
         self._read_offset = {TP("in", 0): 41}  # partition 1: nothing read yet
+        self._committed_offset: dict[TP, int] = {}  # nothing committed yet
 
     def assignment(self) -> set[TP]:
         return self.assigned
@@ -72,6 +73,12 @@ class FakeConsumer:
 async def test_sampled_lags_cover_only_the_assigned_partitions_of_the_topic() -> None:
     assert await sample_lags(FakeConsumer(), "in") == {0: 8, 1: 4}
     assert await sample_lags(FakeConsumer(), "absent") == {}
+
+
+async def test_fetched_records_not_yet_processed_still_count_as_lag() -> None:
+    consumer = FakeConsumer()
+    consumer._committed_offset = {TP("in", 0): 20}  # read up to 41, processed up to 19
+    assert await sample_lags(consumer, "in") == {0: 30, 1: 4}
 
 
 def test_event_time_lag_is_wall_clock_minus_the_oldest_known_watermark() -> None:

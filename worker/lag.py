@@ -42,16 +42,26 @@ def event_time_lag(now: float, watermarks: Iterable[float | None]) -> float | No
 
 async def sample_lags(consumer: Any, topic: str) -> dict[int, int]:
     """Lag of each partition of `topic` assigned to a Faust consumer (asks the broker for
-    the end offsets)."""
+    the end offsets): records not processed yet, as Kafka's consumer-group lag counts
+    them, from the offset committed after processing. Records fetched into the agent's
+    buffer but not processed still count (a backlog behind a slow stage sits there).
+    Before the first commit: from the last offset handed to the stream, else the fetch
+    position."""
     assigned = [tp for tp in consumer.assignment() if tp.topic == topic]
     if not assigned:
         return {}
     ends = await consumer.highwaters(*assigned)
+    committed = consumer._committed_offset  # next offset after the processed ones, per TP
     read = consumer._read_offset  # last offset handed to the stream, per TP
     next_offsets: dict[int, int | None] = {}
     for tp in assigned:
-        last = read.get(tp)
-        next_offsets[tp.partition] = last + 1 if last is not None else await consumer.position(tp)
+        done, last = committed.get(tp), read.get(tp)
+        if done is not None:
+            next_offsets[tp.partition] = done
+        elif last is not None:
+            next_offsets[tp.partition] = last + 1
+        else:
+            next_offsets[tp.partition] = await consumer.position(tp)
     return partition_lags({tp.partition: end for tp, end in ends.items()}, next_offsets)
 
 

@@ -194,8 +194,9 @@ class Telemetry:
         )
         self.consumer_lag = gauge(
             "scorestream_consumer_lag",
-            "Records of an assigned partition not yet read by this worker, for every topic "
-            "it reads (the input and both internal hops).",
+            "Records of an assigned partition not yet processed by this worker (end offset "
+            "minus committed offset), for every topic it reads: the input and both "
+            "internal hops.",
             ["topic", "partition"],
         )
         self.event_time_lag = gauge(
