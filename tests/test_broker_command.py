@@ -86,6 +86,18 @@ def test_a_busy_port_is_one_line_and_exit_3(broker: EmbeddedBroker) -> None:
     assert "Traceback" not in err
 
 
+def test_a_port_out_of_range_is_a_usage_error() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "worker", "broker", "--port", "70000"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 3
+    assert "--port 70000 is not a TCP port" in done.stderr
+
+
 def test_the_port_comes_from_the_broker_url_when_not_given() -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SCORESTREAM_")}
     with EmbeddedBroker() as running:  # its port is taken: the command names it
