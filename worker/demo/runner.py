@@ -280,12 +280,14 @@ def run(settings: Settings, lines: list[bytes], follow: bool) -> int:
     # Outside the event loop (which handles it itself) a hang-up ends the run through
     # KeyboardInterrupt, so the broker is stopped on the way out.
     hang_up = signal.signal(signal.SIGHUP, _hang_up)
+    broker = EmbeddedBroker()
     try:
-        with EmbeddedBroker() as broker:
-            demo = Demo(settings, broker, lines, follow, live, log_path)
-            code = asyncio.run(demo.run())
-            signal.signal(signal.SIGHUP, _hang_up)  # the closed loop left the default behind
+        broker.start()  # (stopped below even when a signal interrupts the start)
+        demo = Demo(settings, broker, lines, follow, live, log_path)
+        code = asyncio.run(demo.run())
+        signal.signal(signal.SIGHUP, _hang_up)  # the closed loop left the default behind
     finally:
+        broker.stop()
         signal.signal(signal.SIGHUP, hang_up)
     demo.screen.final()
     return code
