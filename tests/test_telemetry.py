@@ -283,7 +283,20 @@ def test_segment_label_names_are_valid_and_do_not_collide() -> None:
 def test_separate_objects_have_separate_registries() -> None:
     first, second = Telemetry(), Telemetry()
     first.record_dead_letter("parse")
-    assert samples(second, "scorestream_dead_letters_total") == []
+    assert value_of(first, "scorestream_dead_letters_total", reason="parse") == 1
+    found = samples(second, "scorestream_dead_letters_total")
+    assert found and all(sample.labels["reason"] != "parse" for sample in found)
+
+
+def test_result_series_are_exported_at_zero_before_the_first_result() -> None:
+    """So that the first burst is an increase `rate()` sees (a series appearing with its
+    first value counts as none)."""
+    telemetry = Telemetry()
+    assert value_of(telemetry, "scorestream_cases_total", suite="safe", label="Fail") == 0
+    assert value_of(telemetry, "scorestream_cases_total", suite="alignment", label="none") == 0
+    latency = "scorestream_end_to_end_latency_seconds_count"
+    assert value_of(telemetry, latency, suite="extraction") == 0
+    assert value_of(telemetry, "scorestream_dead_letters_total", reason="invalid_json") == 0
 
 
 def test_metrics_endpoint_serves_the_registry_over_http() -> None:

@@ -19,7 +19,7 @@ from bisect import bisect_left
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import partial
 from socketserver import ThreadingMixIn
-from typing import Any
+from typing import Any, get_args
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import orjson
@@ -32,8 +32,9 @@ from prometheus_client import (
     make_wsgi_app,
 )
 
-from schemas.outputs import Aggregate, CaseResult, GateEvent
+from schemas.outputs import Aggregate, CaseResult, GateEvent, Label
 from worker.config import Settings
+from worker.rejections import REASONS
 from worker.suites import registry
 from worker.unknown_fields import DETAIL_KEY as UNKNOWN_FIELDS_DETAIL
 
@@ -207,6 +208,20 @@ class Telemetry:
             "Payload fields no scorer reads (misspelt or unsupported), by suite.",
             ["suite"],
         )
+        self._start_at_zero()
+
+    def _start_at_zero(self) -> None:
+        """Export each suite's result series at 0 before the first result: a series that
+        appears with its first value is no increase to `rate()`, so a short burst (the
+        demo, a small file) showed every rate and latency panel as 0 or NaN."""
+        for spec in registry.specs():
+            labels = get_args(Label) if spec.metric("pass_rate") else (NO_LABEL,)
+            for label in labels:
+                self._series(self.cases, "label", spec.name, label)
+            self._series(self.scoring_duration, "", spec.name)
+            self._series(self.end_to_end_latency, "", spec.name)
+        for reason in REASONS:
+            self.dead_letters.labels(self.guard("reason", reason))
 
     @classmethod
     def from_settings(cls, settings: Settings, max_label_values: int = 50) -> Telemetry:

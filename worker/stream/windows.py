@@ -29,6 +29,8 @@ from worker import aggregation
 from worker.config import Settings, WindowConfig
 from worker.eventtime import Marker
 from worker.gates import GateEvaluator, applies_to, gate_key, gated_metrics
+from worker.late_records import LateRecordLog
+from worker.pane_folds import count_of, start_of
 from worker.stream.context import StreamContext, event_context, run_to_completion
 from worker.stream.publish import marker_of
 from worker.stream.scoring import INPUT_GROUP
@@ -75,6 +77,7 @@ class WindowStage:
         )
         self.last_interim: dict[int, float] = {}
         self.last_watermark: dict[int, float] = {}
+        self.late_log = LateRecordLog(gate_windows(settings), settings.grace, log)
         self.gauges: dict[str, tuple[str, dict[str, str]]] = {}  # gate key -> (gate, segment)
         self._deliveries: list[Awaitable[Any]] = []  # finals and gate events of the batch
         self._gate_writes: dict[str, dict[str, Any]] = {}  # gate states of the batch
@@ -131,12 +134,17 @@ class WindowStage:
             admission = self.store.add_fold(partition, fold, data["segment"])
             if admission.late_cases and data["segment"] == {}:
                 self.context.telemetry.record_late(str(fold["suite"]), admission.late_cases)
+                panes = [(start_of(pane), count_of(pane)) for pane in fold["panes"]]
+                watermark = self.store.watermark(partition).value()
+                self.late_log.records(str(fold["suite"]), panes, watermark)
             return
         for item in data.get("results") or [data["result"]]:
             result = _result_of(item)
             admission = self.store.add(partition, result, data["segment"])
             if admission.late and data["segment"] == {}:  # once per result, not per segment
                 self.context.telemetry.record_late(result.suite)
+                watermark = self.store.watermark(partition).value()
+                self.late_log.record(result.suite, result.ts.timestamp(), watermark)
 
     async def on_marker(self, partition: int, marker: Marker) -> None:
         """Close what the watermark passed; resolve gates gone quiet; now and then publish
