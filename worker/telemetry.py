@@ -35,6 +35,7 @@ from prometheus_client import (
 from schemas.outputs import Aggregate, CaseResult, GateEvent
 from worker.config import Settings
 from worker.suites import registry
+from worker.suites.alignment.judge_verdict import JUDGE_ERROR_REASONS
 from worker.unknown_fields import DETAIL_KEY as UNKNOWN_FIELDS_DETAIL
 
 OTHER = "other"
@@ -190,6 +191,13 @@ class Telemetry:
             "Records for windows already closed (scored, not aggregated).",
             ["suite"],
         )
+        self.judge_errors = counter(
+            "scorestream_judge_errors_total",
+            "Unusable safety-judge verdicts (failed, oversized or invalid answers), by reason.",
+            ["reason"],
+        )
+        for reason in JUDGE_ERROR_REASONS:  # every reason exported from the start, at 0
+            self.judge_errors.labels(reason)
         self.unknown_fields = counter(
             "scorestream_unknown_fields_total",
             "Payload fields no scorer reads (misspelt or unsupported), by suite.",
@@ -266,6 +274,10 @@ class Telemetry:
         """Count `count` unknown payload fields of one input of `suite`."""
         if count > 0:
             self.unknown_fields.labels(self.guard("suite", suite)).inc(count)
+
+    def record_judge_error(self, reason: str) -> None:
+        """Count one unusable safety-judge verdict."""
+        self.judge_errors.labels(self.guard("reason", reason)).inc()
 
     def record_late(self, suite: str, count: int = 1) -> None:
         self.late_records.labels(self.guard("suite", suite)).inc(count)
