@@ -275,6 +275,9 @@ class CoreSettings(BaseSettings):
     idle_timeout: Duration = 10.0
     max_future_skew: Duration = 300.0
     metrics_port: int = Field(default=9108, ge=0, le=65535)
+    # Address of /metrics, /healthz and /readyz: every interface by default (a container's
+    # port is reached from outside it); 127.0.0.1 keeps them on the machine.
+    metrics_host: str = Field(default="0.0.0.0", pattern=r"^[A-Za-z0-9.:-]+$")
     log_format: Literal["text", "json"] = "text"
     max_record_bytes: int = Field(default=1024 * 1024, ge=1)
     dlq_max_raw_bytes: int = Field(default=64 * 1024, ge=1)
