@@ -58,6 +58,17 @@ class FakeCompletions:
                 if kind == "sleep":
                     time.sleep(value)
                     kind, value = "answer", '{"score": 1}'
+                if kind == "trickle":  # a valid answer, one byte every `value` seconds
+                    body = json.dumps({"choices": [{"message": {"content": '{"score": 1}'}}]})
+                    self.send_response(200)
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    with contextlib.suppress(OSError):
+                        for char in body.encode():
+                            self.wfile.write(bytes([char]))
+                            self.wfile.flush()
+                            time.sleep(value)
+                    return
                 if kind == "status":
                     self.send_response(value)
                     self.end_headers()
@@ -260,6 +271,16 @@ async def test_timeouts_are_retried_and_counted(server: FakeCompletions) -> None
     assert verdict.score is None and "timeout" in (verdict.error or "")
     assert judge.stats.judge_errors == 1
     assert judge.stats.requests == 2
+
+
+async def test_a_trickled_answer_is_cut_at_the_timeout(server: FakeCompletions) -> None:
+    """Each byte arrives well within the timeout, the whole answer would not."""
+    server.default = ("trickle", 0.05)  # about 60 bytes: 3 s
+    started = time.monotonic()
+    async with SafetyJudge(settings_for(server, timeout=0.5, retries=0), api_key="") as judge:
+        verdict = await judge.judge("text")
+    assert verdict.score is None and verdict.error_reason == "timeout"
+    assert time.monotonic() - started < 2.0
 
 
 async def test_total_budget_stops_calls(server: FakeCompletions) -> None:

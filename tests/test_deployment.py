@@ -162,6 +162,9 @@ def test_the_host_config_feeds_the_compose_stack_from_the_repository_root() -> N
     assert all((REPO / path).is_file() for path in local.extraction.schemas.values())
     container = load_settings(DEPLOY / "config.yaml", environ={})
     assert local.gates == container.gates and local.windows == container.windows
+    # A worker on the host serves /metrics to the host only; in a container, to the
+    # container's network (compose publishes nothing of the worker).
+    assert local.metrics_host == "127.0.0.1" and container.metrics_host == "0.0.0.0"
 
 
 def test_license_is_mit() -> None:

@@ -252,7 +252,15 @@ class SafetyJudge:
         return body
 
     async def _ask(self, text: str) -> str:
-        """The completion's text; raises `_Retryable` or `_Fatal` with the reason."""
+        """The completion's text within `timeout` in all (a server that trickles its
+        answer is cut too); raises `_Retryable` or `_Fatal` with the reason."""
+        try:
+            async with asyncio.timeout(self.settings.timeout):
+                return await self._ask_unbounded(text)
+        except TimeoutError as exc:
+            raise _Retryable("timeout", f"timeout after {self.settings.timeout}s") from exc
+
+    async def _ask_unbounded(self, text: str) -> str:
         limit = self.settings.max_response_bytes
         try:
             async with self._http().stream(
