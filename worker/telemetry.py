@@ -206,6 +206,18 @@ class Telemetry:
         )
         for reason in JUDGE_ERROR_REASONS:  # every reason exported from the start, at 0
             self.judge_errors.labels(reason)
+        self.windows_opened = counter(
+            "scorestream_windows_opened_total",
+            "Windows (per suite, segment and window configuration) that got their first "
+            "cases; each gets one final aggregate when it closes.",
+            ["suite", "window"],
+        )
+        self.window_finals = counter(
+            "scorestream_window_finals_total",
+            "Final aggregates published; over the group it keeps up with "
+            "scorestream_windows_opened_total (a gap that stays open is a lost final).",
+            ["suite", "window"],
+        )
         self.unknown_fields = counter(
             "scorestream_unknown_fields_total",
             "Payload fields no scorer reads (misspelt or unsupported), by suite.",
@@ -289,6 +301,16 @@ class Telemetry:
 
     def record_late(self, suite: str, count: int = 1) -> None:
         self.late_records.labels(self.guard("suite", suite)).inc(count)
+
+    def record_windows_opened(self, opened: Mapping[tuple[str, str], int]) -> None:
+        """Count windows opened, by (suite, window name)."""
+        for (suite, window), count in opened.items():
+            labels = (self.guard("suite", suite), self.guard("window", window))
+            self.windows_opened.labels(*labels).inc(count)
+
+    def record_final(self, suite: str, window: str) -> None:
+        """Count one final aggregate published."""
+        self.window_finals.labels(self.guard("suite", suite), self.guard("window", window)).inc()
 
     def record_embedding_batch(self, size: int) -> None:
         self.embedding_batch_size.observe(size)

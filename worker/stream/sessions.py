@@ -25,7 +25,7 @@ from faust.types import EventT
 from schemas.envelope import AlignmentRecord, AlignmentSessionPayload, AlignmentTurnPayload
 from worker import input_records
 from worker.eventtime import Marker, Watermark
-from worker.stream.context import StreamContext, event_context
+from worker.stream.context import StreamContext, event_context, run_to_completion
 from worker.stream.publish import OutputTooLarge, marker_of
 from worker.stream.scoring import INPUT_GROUP, observe
 from worker.suites.alignment.judge_client import SafetyJudge
@@ -81,7 +81,7 @@ class SessionStage:
         batch_size = self.settings.embedding_batch_size
         wait = self.settings.embedding_batch_wait
         async for events in stream.take_events(batch_size, within=wait):
-            await self.process_batch(list(events))
+            await run_to_completion(self.process_batch(list(events)))
 
     async def process_batch(self, events: list[EventT]) -> None:
         """Embed and apply a micro-batch in order, in chunks: while one chunk's turns are

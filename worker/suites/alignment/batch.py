@@ -45,7 +45,7 @@ class AlignmentTurnRow(PayloadModel):
     session_id: str = Field(min_length=1)
     turn_index: int = Field(ge=0)
     role: Literal["user", "assistant"]
-    text: str
+    text: str = Field(min_length=1)
     persona_id: str = Field(min_length=1)
     final: bool = False
 
