@@ -106,6 +106,9 @@ def exercise(telemetry: Telemetry) -> None:
     telemetry.record_embedding_batch(16)
     telemetry.set_consumer_lag("in", {0: 3})
     telemetry.set_broker_connected(True)
+    telemetry.record_judge_error("timeout")
+    telemetry.record_windows_opened({("safe", "1m"): 1})
+    telemetry.record_final("safe", "1m")
 
 
 def test_every_interface_metric_with_its_type_and_labels() -> None:
@@ -126,6 +129,9 @@ def test_every_interface_metric_with_its_type_and_labels() -> None:
         "scorestream_embedding_batch_size": ("histogram", {"le"}),
         "scorestream_late_records": ("counter", {"suite"}),
         "scorestream_unknown_fields": ("counter", {"suite"}),
+        "scorestream_judge_errors": ("counter", {"reason"}),
+        "scorestream_windows_opened": ("counter", {"suite", "window"}),
+        "scorestream_window_finals": ("counter", {"suite", "window"}),
         "scorestream_consumer_lag": ("gauge", {"topic", "partition"}),
         "scorestream_broker_connected": ("gauge", set()),
         "scorestream_build_info": ("gauge", {"version", "python"}),

@@ -98,8 +98,13 @@ def run_worker(args: argparse.Namespace) -> int:
     install_topic_watch(
         scorer.app, scorer.topic_names(), settings, broker, scorer.ready.is_set, stop_without_topics
     )
-    _server, port = scorer.telemetry.serve(settings.metrics_port)
-    print(f"scorestream worker: metrics on http://127.0.0.1:{port}/metrics", file=sys.stderr)
+    _server, port = scorer.telemetry.serve(settings.metrics_port, settings.metrics_host)
+    shown = "127.0.0.1" if settings.metrics_host in ("0.0.0.0", "::") else settings.metrics_host
+    print(
+        f"scorestream worker: metrics on http://{shown}:{port}/metrics "
+        f"(listening on {settings.metrics_host})",
+        file=sys.stderr,
+    )
     faust_worker = scorer.worker()
     if (getattr(args, "log_format", None) or settings.log_format) == "json":
         faust_worker.logging_config = json_logging_config()

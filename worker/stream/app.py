@@ -159,7 +159,9 @@ class ScorestreamApp:
             self.sessions,
             self.progress,
             self.executor,
-            SafetyJudge(judge) if judge is not None else None,
+            SafetyJudge(judge, on_error=context.telemetry.record_judge_error)
+            if judge is not None
+            else None,
         )
         self.window_stage = WindowStage(context, self.windows, self.progress, self.gate_states)
         app.agent(self.topics.input, name="score")(self.scoring.agent)

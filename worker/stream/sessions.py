@@ -21,7 +21,6 @@ from typing import Any
 
 import orjson
 from faust.types import EventT
-from pydantic import JsonValue
 
 from schemas.envelope import AlignmentRecord, AlignmentSessionPayload, AlignmentTurnPayload
 from worker import input_records
@@ -30,6 +29,7 @@ from worker.stream.context import StreamContext, event_context, run_to_completio
 from worker.stream.publish import OutputTooLarge, marker_of
 from worker.stream.scoring import INPUT_GROUP, observe
 from worker.suites.alignment.judge_client import SafetyJudge
+from worker.suites.alignment.judge_verdict import with_verdict
 from worker.suites.alignment.scoring import SessionState, session_transcript, turn_scored
 from worker.suites.base import Scored
 from worker.unknown_fields import unknown_fields, with_unknown_fields
@@ -348,20 +348,16 @@ class SessionStage:
         observe(self.context, result, time.perf_counter() - started)
 
     async def _score_session(self, state: SessionState) -> Scored:
-        """Session scores, with the judge's verdict when one is configured; a failed
-        verdict leaves the keyword safety standing and is recorded in the details."""
+        """Session scores, with the judge's verdict when one is configured; an unusable
+        verdict is recorded on the session (`judge: error`) and, with `judge.on_error:
+        review`, makes its label at least Review (the judge counts it)."""
         suites = self.context.suites
-        if self.judge is None:
+        judge_settings = self.settings.alignment.judge
+        if self.judge is None or judge_settings is None:
             return suites.score_session(state)
         verdict = await self.judge.judge(session_transcript(state))
         scored = suites.score_session(state, verdict.score)
-        judged: dict[str, JsonValue] = {
-            "score": verdict.score,
-            "reason": verdict.reason,
-            "error": verdict.error,
-            "judge_errors": self.judge.stats.judge_errors,
-        }
-        return replace(scored, details={**scored.details, "judge": judged})
+        return with_verdict(scored, verdict, judge_settings.on_error)
 
 
 def _texts_of(data: dict[str, Any]) -> list[str]:
