@@ -267,3 +267,31 @@ async def test_a_timer_during_table_recovery_hides_no_series_from_the_close() ->
     await stage_b.process_batch(closing)  # type: ignore[arg-type]
     finals = sorted((orjson.dumps(f.segment).decode(), f.count) for f in worker_b.finals())
     assert finals == [('{"model":"m1"}', 30), ("{}", 30)]
+
+
+@pytest.mark.parametrize("survived", ["series", "pane"])
+async def test_a_flush_cut_short_by_a_kill_counts_every_case_once(survived: str) -> None:
+    """A SIGKILL in the middle of a flush: the windows changelog kept the batch's new
+    series (its input offsets) but not the pane it counted them in, or the other way
+    round. The next owner reads the batch again and counts its cases exactly once."""
+    clock = [T0 + 30]
+    tables = Tables()
+    stage = make_stage(tables, Publisher(), clock)
+    sessions = stage.settings.stream.partitions
+    log = Input()
+    await stage.process_batch(log.append(fold({}, range(30))))  # type: ignore[arg-type]
+    before = dict(tables.windows.changelog)
+    replayed = log.append(fold({}, range(30, 50)))
+    await stage.process_batch(replayed)  # type: ignore[arg-type]
+    after = tables.windows.changelog
+    kept = "series|" if survived == "series" else "pane|"
+    cut = {key: after[key] if key.startswith(kept) else before[key] for key in after}
+    assert cut != after and cut != before  # the kill fell between the two writes
+
+    crashed = Tables()
+    crashed.windows = ChangelogTable(cut)
+    worker_b = Publisher()
+    stage_b = make_stage(crashed, worker_b, clock)
+    await stage_b.process_batch(replayed)  # type: ignore[arg-type] # never acknowledged
+    await stage_b.process_batch(log.append(*markers(T0 + 60 + GRACE + 1, sessions)))  # type: ignore[arg-type]
+    assert [final.count for final in worker_b.finals()] == [50]

@@ -14,11 +14,14 @@ tables in production, dicts in tests), one stage partition at a time.
   stage (`worker.pane_folds`): one merge per pane and configuration instead of one update
   per case. A fold's panes lie inside one pane of every configuration, so lateness is
   decided per folded pane as for a case.
-- **Dedupe.** Contributions from one input partition reach a series (suite, segment,
-  configuration) in offset order, so a series keeps the highest input offset counted per
-  input partition: anything at or below it is a replay. A fold raises it to the highest
+- **Dedupe.** Contributions from one input partition reach a pane in offset order, so a
+  pane keeps, written with it, the highest input offset it counted per input partition:
+  anything at or below it is a replay, and a flush cut short between a pane and its
+  series neither loses a case nor counts one twice. A fold raises it to the highest
   offset it covers; a fold all of whose offsets are at or below it is one read again and
-  is skipped whole (folds never overlap earlier contributions, see `ScoreStage`).
+  is skipped (folds never overlap earlier contributions, see `ScoreStage`). The series
+  keeps the same marks for the panes already closed and deleted, so a replay of those is
+  not mistaken for a late record.
   Sessions (no input offset) are deduplicated by id inside their pane.
 - **Emission.** `advance` takes a watermark marker and returns, oldest end first, the final
   aggregates of the windows it closed (each once: a series remembers how far it closed),
@@ -160,6 +163,8 @@ class WindowStore:
         event_time = result.ts.timestamp()
         segkey = aggregation.segment_key(segment)
         aggregator = self.aggregators.get(result.suite)
+        source = _source_key(result)
+        offset = result.source.offset if result.source is not None else -1
         counted = 0
         late = replay = False
         watermark = self.watermark(partition).value()
@@ -167,20 +172,27 @@ class WindowStore:
         for name, config in self.configs.items():
             series_key = f"{SERIES}{result.suite}|{segkey}|{name}"
             series = self._series_state(series_key, partition, result.suite, segment, config)
-            if _is_replay(series, result):
-                replay = True
-                continue
             oldest_end, newest_end = window_ends(event_time, config)
-            _remember(series, result)
-            self._pending[series_key] = series
-            if watermark is not None and watermark >= oldest_end + self.grace:
-                late = True  # at least one of its windows is closed
-                if watermark >= newest_end + self.grace:
-                    continue  # all of them
+            closed_some = watermark is not None and watermark >= oldest_end + self.grace
+            if closed_some and _passed(watermark, newest_end + self.grace):  # all its windows
+                if _taken(series["high_water"], source, offset):
+                    replay = True
+                else:
+                    late = True
+                    _remember(series["high_water"], source, offset)
+                    self._pending[series_key] = series
+                continue
             step = _step(config)
             pane_start = pane_start_of(event_time, step)
             pane_key = f"{PANE}{result.suite}|{segkey}|{name}|{pane_start!r}"
             stored = self._get(pane_key)
+            marks = _pane_marks(stored, series["high_water"])
+            if _taken(marks, source, offset):
+                replay = True
+                continue
+            late = late or closed_some  # at least one of its windows is closed
+            _remember(series["high_water"], source, offset)
+            self._pending[series_key] = series
             state = (
                 stored["state"]
                 if stored
@@ -193,7 +205,9 @@ class WindowStore:
             )
             state, applied = aggregation.update(state, result, aggregator, scored)
             if applied:
-                self._put(pane_key, {"state": state, "partition": partition})
+                marks = dict(marks)
+                _remember(marks, source, offset)
+                self._put(pane_key, {"state": state, "partition": partition, "marks": marks})
                 self._index(partition).setdefault(series_key, set()).add(pane_start)
                 self._dirty_panes.add(pane_key)
                 counted += 1
@@ -207,8 +221,8 @@ class WindowStore:
         self, partition: int, fold: Mapping[str, Any], segment: Mapping[str, str]
     ) -> Admission:
         """Merge a micro-batch's folded panes (`worker.pane_folds`) for `segment` into
-        each window configuration; a fold every offset of which the series has already
-        taken is one read again after a restart and changes nothing."""
+        each window configuration; a pane that has already taken every offset of the fold
+        (read again after a restart) does not take it twice."""
         suite = str(fold["suite"])
         span: Mapping[str, int] = fold["span"]
         segkey = aggregation.segment_key(segment)
@@ -220,26 +234,31 @@ class WindowStore:
         for name, config in self.configs.items():
             series_key = f"{SERIES}{suite}|{segkey}|{name}"
             series = self._series_state(series_key, partition, suite, segment, config)
-            marks = series["high_water"]
-            if span and all(marks.get(source, -1) >= last for source, last in span.items()):
-                replay = True
-                continue
-            for source, last in span.items():
-                marks[source] = max(marks.get(source, -1), last)
-            self._pending[series_key] = series
+            series_marks = dict(series["high_water"])  # as before this fold
             step = _step(config)
+            taken: dict[float, bool] = {}  # target pane -> this fold counted in it before
             for pane in fold["panes"]:
                 start = pane_folds.start_of(pane)
                 oldest_end, newest_end = window_ends(start, config)
-                if watermark is not None and watermark >= oldest_end + self.grace:
-                    late_panes.add(start)  # at least one of its windows is closed
-                    if watermark >= newest_end + self.grace:
-                        continue  # all of them
+                closed_some = watermark is not None and watermark >= oldest_end + self.grace
+                if closed_some and _passed(watermark, newest_end + self.grace):  # all of them
+                    if _covers(series_marks, span):
+                        replay = True
+                    else:
+                        late_panes.add(start)
+                    continue
                 target = pane_start_of(start, step)
                 pane_key = f"{PANE}{suite}|{segkey}|{name}|{target!r}"
+                stored = self._get(pane_key)
+                if target not in taken:
+                    taken[target] = _covers(_pane_marks(stored, series_marks), span)
+                if taken[target]:
+                    replay = True
+                    continue
+                if closed_some:
+                    late_panes.add(start)  # at least one of its windows is closed
                 piece = copy.copy(pane)
                 piece["window"] = [step, None, target]
-                stored = self._get(pane_key)
                 if stored is None:
                     empty = aggregation.initialise(
                         suite, segment, WindowKey(step, None, target), self.reservoir_size
@@ -247,10 +266,17 @@ class WindowStore:
                     state = aggregation.merge(empty, piece, aggregator)
                 else:  # the store's own state (the changelog has its serialised value)
                     state = aggregation.merge_into(stored["state"], piece, aggregator)
-                self._put(pane_key, {"state": state, "partition": partition})
+                marks = dict(_pane_marks(stored, series_marks))
+                for source, last in span.items():
+                    _remember(marks, source, last)
+                self._put(pane_key, {"state": state, "partition": partition, "marks": marks})
                 self._index(partition).setdefault(series_key, set()).add(target)
                 self._dirty_panes.add(pane_key)
                 counted += 1
+            if not _covers(series_marks, span):
+                for source, last in span.items():
+                    _remember(series["high_water"], source, last)
+                self._pending[series_key] = series
         if replay and not counted:
             return Admission(replay=True)
         late_cases = sum(
@@ -556,21 +582,36 @@ def _source_key(result: CaseResult) -> str | None:
     return f"{result.source.topic}:{result.source.partition}"
 
 
-def _is_replay(series: Mapping[str, Any], result: CaseResult) -> bool:
-    """An input record this series already took (offsets arrive in order per partition)."""
-    source = _source_key(result)
+def _passed(watermark: float | None, moment: float) -> bool:
+    return watermark is not None and watermark >= moment
+
+
+def _taken(marks: Mapping[str, int], source: str | None, offset: int) -> bool:
+    """Whether the input record at `offset` of `source` is at or below `marks` (already
+    counted: offsets reach a pane and a series in order per input partition)."""
     if source is None:
         return False
-    assert result.source is not None
-    mark = series["high_water"].get(source)
-    return mark is not None and result.source.offset <= mark
+    mark = marks.get(source)
+    return mark is not None and offset <= mark
 
 
-def _remember(series: dict[str, Any], result: CaseResult) -> None:
-    source = _source_key(result)
+def _covers(marks: Mapping[str, int], span: Mapping[str, int]) -> bool:
+    """Whether `marks` has taken every offset of a fold's `span`."""
+    return bool(span) and all(marks.get(source, -1) >= last for source, last in span.items())
+
+
+def _pane_marks(stored: Mapping[str, Any] | None, series_marks: Mapping[str, int]) -> Any:
+    """The input offsets a pane has counted: its own (written with it, so a flush cut
+    short between a pane and its series counts nothing twice and loses nothing); a pane
+    written before panes kept them falls back on its series'."""
+    if stored is None:
+        return {}
+    return stored.get("marks", series_marks)
+
+
+def _remember(marks: dict[str, int], source: str | None, offset: int) -> None:
     if source is not None:
-        assert result.source is not None
-        series["high_water"][source] = result.source.offset
+        marks[source] = max(marks.get(source, -1), offset)
 
 
 __all__ = ["Admission", "Emission", "WindowStore"]
