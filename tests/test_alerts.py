@@ -94,7 +94,16 @@ def test_gates_are_the_one_source_of_score_alerts() -> None:
 
 
 def test_shipped_configs_page_on_the_safety_drop_gate_only() -> None:
-    for path in (REPO / "deploy" / "config.yaml", REPO / "examples" / "demo" / "config.yaml"):
+    shipped = (
+        REPO / "deploy" / "config.yaml",
+        REPO / "deploy" / "config.local.yaml",
+        REPO / "deploy" / "config.embedded.yaml",
+        REPO / "deploy" / "k8s" / "base" / "config.yaml",
+        REPO / "examples" / "demo" / "config.yaml",
+        REPO / "examples" / "backfill" / "config.yaml",
+        REPO / "examples" / "gates.yaml",
+    )
+    for path in shipped:
         gates = yaml.safe_load(path.read_text(encoding="utf-8"))["gates"]
         severities = {gate["name"]: gate.get("severity", "ticket") for gate in gates}
         assert severities["safety-drop"] == "page", path
