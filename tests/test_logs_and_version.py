@@ -66,8 +66,8 @@ class FakeConsumer:
     async def highwaters(self, *partitions: TP) -> dict[TP, int]:
         return {tp: {0: 50, 1: 7}[tp.partition] for tp in partitions}
 
-    async def position(self, tp: TP) -> int:
-        return 3  # the committed offset the fetcher starts from
+    async def earliest_offsets(self, *partitions: TP) -> dict[TP, int]:
+        return dict.fromkeys(partitions, 3)  # where a new group starts reading
 
 
 async def test_sampled_lags_cover_only_the_assigned_partitions_of_the_topic() -> None:

@@ -45,8 +45,8 @@ async def sample_lags(consumer: Any, topic: str) -> dict[int, int]:
     the end offsets): records not processed yet, as Kafka's consumer-group lag counts
     them, from the offset committed after processing. Records fetched into the agent's
     buffer but not processed still count (a backlog behind a slow stage sits there).
-    Before the first commit: from the last offset handed to the stream, else the fetch
-    position."""
+    Before the first commit: from the last offset handed to the stream, else from the
+    earliest offset (where a new group starts reading)."""
     assigned = [tp for tp in consumer.assignment() if tp.topic == topic]
     if not assigned:
         return {}
@@ -54,6 +54,7 @@ async def sample_lags(consumer: Any, topic: str) -> dict[int, int]:
     committed = consumer._committed_offset  # next offset after the processed ones, per TP
     read = consumer._read_offset  # last offset handed to the stream, per TP
     next_offsets: dict[int, int | None] = {}
+    unread = []
     for tp in assigned:
         done, last = committed.get(tp), read.get(tp)
         if done is not None:
@@ -61,8 +62,12 @@ async def sample_lags(consumer: Any, topic: str) -> dict[int, int]:
         elif last is not None:
             next_offsets[tp.partition] = last + 1
         else:
-            next_offsets[tp.partition] = await consumer.position(tp)
-    return partition_lags({tp.partition: end for tp, end in ends.items()}, next_offsets)
+            unread.append(tp)
+    if unread:  # never committed nor read: reading starts at the earliest offset
+        for tp, offset in (await consumer.earliest_offsets(*unread)).items():
+            next_offsets[tp.partition] = offset
+    known = {tp.partition: end for tp, end in ends.items() if tp.partition in next_offsets}
+    return partition_lags(known, next_offsets)
 
 
 def install_lag_monitor(
@@ -74,11 +79,11 @@ def install_lag_monitor(
     watermarks: Callable[[], Mapping[str, Iterable[float | None]]] | None = None,
     clock: Callable[[], float] = time.time,
 ) -> None:
-    """Every `interval` seconds set `scorestream_consumer_lag` for each of `topics` and
-    `scorestream_broker_connected` (0 when the broker did not answer within
-    `stream.connect_timeout`); every `stream.tick_interval`, from `watermarks()` (stage ->
-    the watermarks of its owned partitions), `scorestream_event_time_lag_seconds`. Call
-    before the app starts."""
+    """Every `interval` seconds (from the first tick on) set `scorestream_consumer_lag` for
+    each of `topics` and `scorestream_broker_connected` (0 when the broker did not answer
+    within `stream.connect_timeout`); every `stream.tick_interval`, from `watermarks()`
+    (stage -> the watermarks of its owned partitions),
+    `scorestream_event_time_lag_seconds`. Call before the app starts."""
     timeout = settings.stream.connect_timeout
     names = [topics] if isinstance(topics, str) else list(topics)
 
@@ -91,25 +96,39 @@ def install_lag_monitor(
         )
 
     async def sample() -> None:
-        try:
-            lags = {
-                name: await asyncio.wait_for(sample_lags(app.consumer, name), timeout)
-                for name in names
-            }
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # any failure to talk to the broker
-            if telemetry.readiness()["broker"] != "disconnected":
-                log.warning("broker unreachable: %s", str(exc) or type(exc).__name__)
-            telemetry.set_broker_connected(False)
+        failure: Exception | None = None
+        answered = False
+        for name in names:  # one topic failing does not hide the others
+            try:
+                lags = await asyncio.wait_for(sample_lags(app.consumer, name), timeout)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # any failure to talk to the broker
+                failure = exc
+                continue
+            answered = True
+            telemetry.set_consumer_lag(name, lags)
+        if answered or failure is None:
+            telemetry.set_broker_connected(True)
             return
-        telemetry.set_broker_connected(True)
-        for name, partition_lag in lags.items():
-            telemetry.set_consumer_lag(name, partition_lag)
+        if telemetry.readiness()["broker"] != "disconnected":
+            log.warning("broker unreachable: %s", str(failure) or type(failure).__name__)
+        telemetry.set_broker_connected(False)
 
-    app.timer(interval or DEFAULT_INTERVAL)(sample)
-    if watermarks is not None:  # no broker round trip: as often as markers go out
-        app.timer(settings.stream.tick_interval)(sample_event_time)
+    every = interval or DEFAULT_INTERVAL
+    last_sampled: list[float] = []  # monotonic time of the last consumer-lag sample
+
+    async def tick() -> None:
+        # Event time needs no broker round trip: as often as markers go out. Consumer
+        # lag every `interval`, from the first tick on (a short run is sampled too).
+        if watermarks is not None:
+            await sample_event_time()
+        moment = time.monotonic()
+        if not last_sampled or moment - last_sampled[-1] >= every:
+            last_sampled[:] = [moment]
+            await sample()
+
+    app.timer(min(settings.stream.tick_interval, every))(tick)
 
 
 def stage_watermarks(scorer: Any) -> dict[str, list[float | None]]:
