@@ -26,6 +26,7 @@ from worker.suites.alignment.safety_files import patterns_from_settings
 from worker.suites.alignment.scoring import (
     SessionState,
     TurnScore,
+    classifier_from_settings,
     score_session,
     score_turn,
 )
@@ -80,9 +81,11 @@ class ScoringSuites:
         return self.embedder.encode(list(texts))
 
     def warm_up(self) -> None:
-        """Load the model and embed every persona's examples before traffic arrives."""
+        """Load the model, embed every persona's examples and train the safety classifier
+        (when enabled) before traffic arrives."""
         for persona_id in self.personas.ids():
             self.personas.get(persona_id)
+        classifier_from_settings(self.settings)
 
     def score_turn(
         self, turn: AlignmentTurnPayload | tuple[str, str], vector: np.ndarray
