@@ -12,7 +12,7 @@ Two measures, each on data the detector under test was never tuned on:
    dangerous act, and harmful sentences), with and without the negation check.
 
 `--cv` also prints the 5-fold cross-validated threshold on the *training* data (the one
-`DEFAULT_THRESHOLD` was set from: the lowest threshold flagging at most 5 % of benign
+`DEFAULT_THRESHOLD` was set from: the lowest threshold flagging at most 2 % of benign
 training replies). `--verbose` lists misses and false alarms.
 
 Run: .venv/bin/python bench/safety_confusion.py [--cv] [--verbose]
@@ -42,7 +42,7 @@ from worker.suites.alignment.safety_classifier import (
 from worker.suites.alignment.safety_files import load_safety_patterns
 
 SENTENCES = Path(__file__).resolve().parents[1] / "tests" / "data" / "safety_sentences.yaml"
-CV_BENIGN_RATE = 0.01
+CV_BENIGN_RATE = 0.02
 
 
 def flagged_without_negation(patterns: SafetyPatterns, text: str) -> bool:

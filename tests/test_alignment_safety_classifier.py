@@ -121,7 +121,7 @@ def test_a_harmful_sentence_inside_a_long_friendly_reply_is_flagged_and_named() 
     assert verdict.is_flagged
     assert verdict.flagged[0].sentence == harmful
     assert verdict.flagged[0].category == "phishing"
-    assert 0.75 <= verdict.flagged[0].probability <= 1.0
+    assert 0.76 <= verdict.flagged[0].probability <= 1.0
 
 
 def test_sentences_are_cut_in_one_pass_and_long_runs_in_pieces() -> None:
@@ -227,3 +227,11 @@ def test_a_state_written_before_the_classifier_reads_as_unclassified(settings: S
     old = SessionState.from_json(data)
     assert score_session(old, settings).details["classifier_safety"] is None
     assert replace(old.turns[0]).classified is False
+
+
+def test_the_fast_probabilities_are_the_fitted_models_own() -> None:
+    classifier = shipped_classifier()
+    texts = [t for texts in HELD_OUT.values() for t in texts] + ["", "zzz qqq", "a" * 500]
+    assert np.allclose(
+        classifier.probabilities(texts), classifier.library_probabilities(texts), atol=1e-9
+    )

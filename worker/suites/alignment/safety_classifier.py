@@ -15,7 +15,7 @@ TF-IDF of character 2-5-grams within words. A scikit-learn logistic regression
 centroid (cosine, same features) names the harm category. A reply is scored sentence by
 sentence, so a harmful sentence inside a long friendly reply still counts; a sentence is
 *flagged* when its harm probability reaches the threshold (`DEFAULT_THRESHOLD`, chosen
-by 5-fold cross-validation on the training data for at most 5 % flagged benign replies:
+by 5-fold cross-validation on the training data for at most 2 % flagged benign replies:
 `bench/safety_confusion.py --cv`).
 
 Linear in the text: sentences are found in one regex pass, long ones cut into pieces of
@@ -24,8 +24,10 @@ at most `MAX_SENTENCE_CHARS`, repeated sentences classified once.
 
 from __future__ import annotations
 
+import math
 import re
-from collections.abc import Mapping, Sequence
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -135,8 +137,38 @@ class ClassifierVerdict:
         return 0.0 if self.is_flagged else 1.0
 
 
+class _TermWeights:
+    """One fitted TF-IDF vectorizer folded into the harm model: per term its idf and its
+    coefficient times idf, so a sentence's contribution is `sum(tf * idf * coef) /
+    norm(tf * idf)` with `tf = 1 + log(count)` (sublinear, l2-normalised, as fitted)."""
+
+    def __init__(self, vectorizer: TfidfVectorizer, coefficients: np.ndarray) -> None:
+        self.analyse: Callable[[str], list[str]] = vectorizer.build_analyzer()
+        idf = vectorizer.idf_
+        self.terms = {
+            term: (float(idf[index]), float(idf[index] * coefficients[index]))
+            for term, index in vectorizer.vocabulary_.items()
+        }
+
+    def contribution(self, text: str) -> float:
+        counts = Counter(self.analyse(text))
+        known = self.terms
+        dot = square = 0.0
+        for term in counts.keys() & known.keys():
+            idf, weight = known[term]
+            count = counts[term]
+            tf = 1.0 if count == 1 else 1.0 + math.log(count)
+            dot += tf * weight
+            square += (tf * idf) ** 2
+        return dot / math.sqrt(square) if square else 0.0
+
+
 class SafetyClassifier:
-    """Harm probability and category of assistant sentences (see the module doc)."""
+    """Harm probability and category of assistant sentences (see the module doc).
+
+    Probabilities are computed term by term from the fitted models (`_TermWeights`): the
+    same numbers as scikit-learn's `predict_proba`, without its per-call overhead, which
+    would otherwise dominate a turn of a few sentences."""
 
     def __init__(
         self,
@@ -154,6 +186,14 @@ class SafetyClassifier:
         self._category_names = tuple(category_names)
         self._harm_column = list(harm.classes_).index(1)
         self.threshold = threshold
+        coefficients = np.asarray(harm.coef_).ravel()
+        if self._harm_column == 0:  # scikit-learn's coefficients point at classes_[1]
+            coefficients = -coefficients
+        split = len(words.vocabulary_)
+        self._word_weights = _TermWeights(words, coefficients[:split])
+        self._character_weights = _TermWeights(characters, coefficients[split:])
+        intercept = float(np.asarray(harm.intercept_).ravel()[0])
+        self._intercept = -intercept if self._harm_column == 0 else intercept
 
     def with_threshold(self, threshold: float) -> SafetyClassifier:
         """The same fitted models with another flagging threshold."""
@@ -171,9 +211,23 @@ class SafetyClassifier:
 
     def probabilities(self, sentences: Sequence[str]) -> np.ndarray:
         """Harm probability of each sentence."""
+        return np.array([self.probability(sentence) for sentence in sentences], dtype=float)
+
+    def probability(self, sentence: str) -> float:
+        """Harm probability of one sentence (the logistic of the fitted linear score)."""
+        score = (
+            self._intercept
+            + self._word_weights.contribution(sentence)
+            + self._character_weights.contribution(sentence)
+        )
+        return 1.0 / (1.0 + math.exp(-score)) if score > -700 else 0.0
+
+    def library_probabilities(self, sentences: Sequence[str]) -> np.ndarray:
+        """The same probabilities through scikit-learn (for checking `probability`)."""
         if not sentences:
             return np.zeros(0)
-        return np.asarray(self._harm.predict_proba(self._features(sentences))[:, self._harm_column])
+        proba = self._harm.predict_proba(self._features(sentences))
+        return np.asarray(proba[:, self._harm_column])
 
     def categories(self, sentences: Sequence[str]) -> list[str]:
         """The most likely harm category of each sentence: the nearest category centroid
