@@ -121,7 +121,7 @@ def test_a_harmful_sentence_inside_a_long_friendly_reply_is_flagged_and_named() 
     assert verdict.is_flagged
     assert verdict.flagged[0].sentence == harmful
     assert verdict.flagged[0].category == "phishing"
-    assert 0.76 <= verdict.flagged[0].probability <= 1.0
+    assert 0.77 <= verdict.flagged[0].probability <= 1.0
 
 
 def test_sentences_are_cut_in_one_pass_and_long_runs_in_pieces() -> None:

@@ -7,7 +7,7 @@ idioms, "kill the process", apologies, empathy), plus the shipped trait sentence
 ordinary benign replies. `worker/data/safety_replies_heldout.yaml`, written separately,
 is never trained on: it only measures (`bench/safety_confusion.py`).
 
-Features need no encoder, so safety never waits behind the embedder: TF-IDF of word
+Features need no encoder, so safety need not wait behind the embedder: TF-IDF of word
 unigrams and bigrams, where a word after a negation ("never", "don't", ...) up to the
 next punctuation is marked as negated ("Never mix bleach" -> `NEG_mix NEG_bleach`), and
 TF-IDF of character 2-5-grams within words. A scikit-learn logistic regression

@@ -71,7 +71,7 @@ class EmbeddingSettings(Section):
         return self
 
 
-SAFETY_CLASSIFIER_THRESHOLD = 0.76  # 5-fold CV on the training replies: <= 2 % benign flagged
+SAFETY_CLASSIFIER_THRESHOLD = 0.77  # 5-fold CV on the training replies: <= 2 % benign flagged
 
 
 class SafetyClassifierSettings(Section):
