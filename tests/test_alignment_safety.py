@@ -291,3 +291,18 @@ def test_one_word_without_spaces_at_256_kib() -> None:
 def test_degenerate_repetitions_of_pattern_pieces_finish(unit: str) -> None:
     text = unit * (_BIG // len(unit))
     assert SHIPPED.find(text) == []
+
+
+def test_the_negation_window_is_bounded_in_characters_and_drops_a_cut_word() -> None:
+    from worker.suites.alignment.negation import SPAN_CHARS, NegationScope
+
+    long_word = "x" * (SPAN_CHARS + 10)
+    text = f"never {long_word} send us your PIN"
+    scope = NegationScope(text)
+    start = text.index("send us")
+    assert scope.clause_before(start) == ""  # "never" is out of reach, the cut word dropped
+    assert not scope.protects(start)
+    near = "Please never, ever send us your PIN. Send us your PIN."
+    scope = NegationScope(near)
+    assert scope.protects(near.index("send us"))
+    assert not scope.protects(near.index("Send us"))  # a new sentence
