@@ -20,6 +20,22 @@ FIELD_TOO_LARGE = "field_too_large"
 OUTPUT_TOO_LARGE = "output_too_large"
 POISON_PILL = "poison_pill"
 
+# Every reason, so that metrics can export each at 0 before the first dead letter.
+REASONS = (
+    OVERSIZED,
+    NOT_UTF8,
+    INVALID_JSON,
+    INVALID_RECORD,
+    UNKNOWN_SUITE,
+    UNKNOWN_PERSONA,
+    UNKNOWN_SCHEMA,
+    SCORING_ERROR,
+    INVALID_TIMESTAMP,
+    FIELD_TOO_LARGE,
+    OUTPUT_TOO_LARGE,
+    POISON_PILL,
+)
+
 
 class Rejected(Exception):
     """An input record that cannot be scored, with the dead-letter reason."""
