@@ -70,9 +70,7 @@ def text_size(factor: int, limit: int = TEXT_LIMIT) -> int:
 # ---------------------------------------------------------------- extraction
 
 
-def extraction_scorer(
-    payload: dict[str, Any], cot_required: bool = True
-) -> Callable[[], Any]:
+def extraction_scorer(payload: dict[str, Any], cot_required: bool = True) -> Callable[[], Any]:
     """The registry's extraction scorer on a record that passed `decode_record`."""
     from worker.config import Settings
     from worker.input_records import decode_record
@@ -100,12 +98,12 @@ def response_case(name: str, make: Callable[[int], str], cot_required: bool = Tr
 
 
 def argument_lists(factor: int, text: str, matching: bool) -> dict[str, Any]:
-    """Predicted and gold events of one type and role with 1,125 x factor arguments each
-    (9,000 at 8x keeps the response under 256 KiB and the record under 1 MB)."""
-    count = 1125 * factor
-    predicted = [{"role": "r", "argument": f"p{index:05d}"} for index in range(count)]
+    """Predicted and gold events of one type and role with 1,000 x factor arguments each
+    (8,000 at 8x: the most that keep the response under 256 KiB)."""
+    count = 1000 * factor
+    predicted = [{"role": "r", "argument": f"p{index:04x}"} for index in range(count)]
     gold = [
-        {"role": "r", "argument": f"p{index:05d}" if matching else f"g{index:05d}"}
+        {"role": "r", "argument": f"p{index:04x}" if matching else f"g{index:04x}"}
         for index in range(count)
     ]
     response = orjson.dumps([{"event_type": "t", "arguments": predicted}]).decode()
@@ -145,8 +143,8 @@ def extraction_cases() -> list[Case]:
         response_case("unquoted keys", lambda n: "{" + fill("k:1,", n)),
         response_case("comments", lambda n: "[" + fill("/*c*/", n) + "1]"),
         response_case("unterminated comment", lambda n: "[1," + fill("/*", n)),
-        response_case("control characters", lambda n: '["' + fill("\x01", n) + '"]'),
-        response_case("full-width punctuation", lambda n: "[{" + fill("，：“", n)),
+        response_case("control characters", lambda n: '["' + fill("\x01", n // 6) + '"]'),
+        response_case("full-width punctuation", lambda n: "[{" + fill("，：“", n // 3)),
     ]
     for matching in (False, True):
         label = "matching" if matching else "distinct"
@@ -161,7 +159,9 @@ def extraction_cases() -> list[Case]:
         Case(
             "extraction",
             "maximal argument lists vs 256 KiB text (hallucination)",
-            lambda f: extraction_scorer(argument_lists(f, fill("source text ", 32 * KIB * f), False)),
+            lambda f: extraction_scorer(
+                argument_lists(f, fill("source text ", text_size(f) - 16), False)
+            ),
         )
     )
     cases.append(
@@ -302,8 +302,13 @@ def shipped_pattern_texts() -> list[tuple[str, str]]:
     return texts
 
 
-def text_case(suite: str, name: str, run: Callable[[str], Any], make: Callable[[int], str],
-              group: str | None = None) -> Case:
+def text_case(
+    suite: str,
+    name: str,
+    run: Callable[[str], Any],
+    make: Callable[[int], str],
+    group: str | None = None,
+) -> Case:
     def build(factor: int) -> Callable[[], Any]:
         text = make(text_size(factor))
         return lambda: run(text)
@@ -355,10 +360,14 @@ def alignment_cases() -> list[Case]:
         text_case("alignment", f"traits: {name}", all_traits, lambda n, u=unit: fill(u, n))
         for name, unit in trait_inputs.items()
     ]
-    cases.append(text_case("alignment", "safety: 'crap ' repeated", patterns.find,
-                           lambda n: fill("crap ", n)))
-    cases.append(text_case("alignment", "safety: 'no ' repeated", patterns.find,
-                           lambda n: fill("no ", n)))
+    cases.append(
+        text_case(
+            "alignment", "safety: 'crap ' repeated", patterns.find, lambda n: fill("crap ", n)
+        )
+    )
+    cases.append(
+        text_case("alignment", "safety: 'no ' repeated", patterns.find, lambda n: fill("no ", n))
+    )
     for pattern, example in shipped_pattern_texts():
         cases.append(
             text_case(
@@ -370,8 +379,9 @@ def alignment_cases() -> list[Case]:
             )
         )
     for name, unit in {"{ repeated": "{", "{a repeated": "{a", "{} repeated": "{}"}.items():
-        cases.append(text_case("alignment", f"judge answer: {name}", judge,
-                               lambda n, u=unit: fill(u, n)))
+        cases.append(
+            text_case("alignment", f"judge answer: {name}", judge, lambda n, u=unit: fill(u, n))
+        )
     return cases
 
 
@@ -387,7 +397,7 @@ def _child(case: Case, factor: int, runs: int, conn: Connection) -> None:
             run()
             times.append((time.perf_counter() - started) * 1000)
         conn.send(("ok", times))
-    except BaseException as exc:  # noqa: BLE001 - reported, not raised
+    except BaseException as exc:
         conn.send(("error", f"{type(exc).__name__}: {str(exc)[:80]}"))
 
 
@@ -457,8 +467,10 @@ def main() -> int:
         if not args.verbose:
             print_row(worst[0].suite, label, worst[1], worst[2], len(worst[0].factors))
     print()
-    print(f"{'suite':<10} {'worst ms at the limit':>22} {'worst growth':>13}   target <= "
-          f"{TARGET_MS:g} ms, <= {TARGET_GROWTH:g}")
+    print(
+        f"{'suite':<10} {'worst ms at the limit':>22} {'worst growth':>13}   target <= "
+        f"{TARGET_MS:g} ms, <= {TARGET_GROWTH:g}"
+    )
     for suite in ("extraction", "safe", "alignment"):
         suite_rows = [row for row in rows if row[0].suite == suite]
         if not suite_rows:
@@ -472,8 +484,10 @@ def main() -> int:
             and all(float(row[1][-1]) <= TARGET_MS for row in suite_rows)
             and (worst_growth is None or worst_growth <= TARGET_GROWTH)
         )
-        print(f"{suite:<10} {cell(worst_ms[-1]):>22} {cell(worst_growth):>13}   "
-              f"{'met' if ok else 'NOT met'}")
+        print(
+            f"{suite:<10} {cell(worst_ms[-1]):>22} {cell(worst_growth):>13}   "
+            f"{'met' if ok else 'NOT met'}"
+        )
     return 0
 
 
@@ -482,13 +496,15 @@ def worst_key(times: list[float | str]) -> tuple[int, float]:
     return (0, float(last)) if isinstance(last, float) else (1, 0.0)
 
 
-def print_row(suite: str, name: str, times: list[float | str], rate: float | None,
-              width: int) -> None:
+def print_row(
+    suite: str, name: str, times: list[float | str], rate: float | None, width: int
+) -> None:
     cells = [cell(t) for t in times] + ["-"] * (len(FACTORS) - len(times))
     if width == 1:
         cells = cells[:1] + ["-"] * (len(FACTORS) - 1)
-    print(f"{suite:<10} {name[:58]:<58} " + " ".join(f"{c:>9}" for c in cells)
-          + f" {cell(rate):>7}")
+    print(
+        f"{suite:<10} {name[:58]:<58} " + " ".join(f"{c:>9}" for c in cells) + f" {cell(rate):>7}"
+    )
 
 
 if __name__ == "__main__":
