@@ -182,7 +182,7 @@ class NoEvalLoader(DirtyJSONLoader):
 
     def scan(self) -> Any:
         content: str = self.content
-        position: int = self.pos
+        position: int = self.pos  # type: ignore[has-type]
         if (
             position >= self.end
             or content[position] in "\"'{["
