@@ -21,7 +21,7 @@ class MatchCounts:
     tp: int
     pred: int
     gold: int
-    capped: bool = False  # relaxed matching ran out of its budget (a lower bound)
+    capped: bool = False  # relaxed matching ran out of its comparison budget
 
     def precision(self) -> float:
         return safe_div(self.tp, self.pred)
@@ -150,8 +150,8 @@ def _normalised_match(
 # Relaxed matching compares each predicted argument with the unmatched gold arguments of
 # its type and role. On degenerate cases (9,000 x 9,000 arguments of one role took 134 s)
 # the comparisons of one case stop at a budget of about 20 ms of work; the rest of the
-# case's predicted arguments then match only gold arguments equal after `norm` (a lower
-# bound, marked `capped`). Costs are rough nanoseconds: a comparison plus its characters.
+# case's predicted arguments then match only gold arguments equal after `norm` (the
+# case is marked `capped`). Costs are rough nanoseconds: a comparison plus its characters.
 RELAXED_BUDGET = 20_000_000
 _COMPARISON_COST = 1500
 
