@@ -29,6 +29,8 @@ def occurring(needles: Iterable[str], text: str) -> set[str]:
     if len(distinct) * len(text) <= _DIRECT_SCAN_BUDGET:
         return {needle for needle in distinct if needle in text}
     found: set[str] = {needle for needle in distinct if not needle}
+    if len(found) == len(distinct):
+        return found
     automaton = ahocorasick.Automaton(ahocorasick.STORE_ANY, ahocorasick.KEY_STRING)
     for needle in distinct - found:
         automaton.add_word(needle, needle)
@@ -37,7 +39,7 @@ def occurring(needles: Iterable[str], text: str) -> set[str]:
     for _end, needle in automaton.iter(text):
         found.add(needle)
         budget -= 1
-        if budget == 0:
+        if budget <= 0:
             suffixes = SuffixAutomaton(text)
             return {needle for needle in distinct if suffixes.contains(needle)}
     return found
