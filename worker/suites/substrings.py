@@ -17,7 +17,7 @@ import ahocorasick
 
 # Matches reported per text character (plus a constant) before the suffix automaton takes
 # over: ordinary inputs report about one match per needle occurrence.
-_REPORTS_PER_CHARACTER = 4
+_REPORTS_PER_CHARACTER = 1
 _REPORTS_FLOOR = 4096
 # Up to this many needle x text characters, `str.__contains__` (fast C) is the cheapest.
 _DIRECT_SCAN_BUDGET = 1 << 20
