@@ -4,8 +4,10 @@ Every generator builds an input at 1x, 2x, 4x and 8x its base size; 8x is the in
 limit (256 KiB for a text field, 10,000 list items, the 1,000,000-byte record) where the
 pattern has a size at all. Extraction and SAFE records are built as envelopes and pass
 `decode_record` first (so they are accepted by the worker); then only the pure scorer is
-timed. Alignment text functions (trait cues, lexicon, keyword safety, the judge-answer
-parser) are timed on the text alone.
+timed. Alignment text functions are timed on the text alone: what reads a turn's text with
+the default MiniLM embedder (verbosity count and lexicon; formality and tone come from
+the sentence vector), the trait cues (the fallback with other embedders), keyword safety
+and the judge-answer parser.
 
 Each input runs in a forked child, `--runs` times (median kept), under a wall-clock limit
 (`--limit`, seconds): a child still running is killed and printed as "> limit", and the
@@ -356,8 +358,20 @@ def alignment_cases() -> list[Case]:
         "emoji": "\U0001f600",
         "CAPS": "AB",
     }
+
+    def per_turn_text(text: str) -> Any:
+        # With MiniLM (the default) formality and tone come from the sentence vector:
+        # the text itself is read by the verbosity count and the lexicon.
+        return traits.detect_verbosity(text), lexicon.score(text)
+
     cases = [
-        text_case("alignment", f"traits: {name}", all_traits, lambda n, u=unit: fill(u, n))
+        text_case(
+            "alignment", f"traits, MiniLM: {name}", per_turn_text, lambda n, u=unit: fill(u, n)
+        )
+        for name, unit in trait_inputs.items()
+    ]
+    cases += [
+        text_case("alignment", f"trait cues: {name}", all_traits, lambda n, u=unit: fill(u, n))
         for name, unit in trait_inputs.items()
     ]
     cases.append(

@@ -49,6 +49,14 @@ def test_the_automaton_and_its_fallback_agree_with_membership(
 
 
 @PROPERTY
+@given(st.lists(st.text(alphabet="aé\U0001f600\x00\ue000Σ", max_size=3)), st.text(max_size=40))
+def test_the_automaton_reads_any_unicode(needles: list[str], text: str) -> None:
+    text += "".join(needles[::2])
+    with mock.patch.object(substrings, "_DIRECT_SCAN_BUDGET", -1):
+        assert occurring(needles, text) == naive(needles, text)
+
+
+@PROPERTY
 @given(st.text(max_size=30), st.text(max_size=30))
 def test_suffix_automaton_membership_on_any_text(text: str, needle: str) -> None:
     automaton = SuffixAutomaton(text)
