@@ -4,7 +4,9 @@ result within bounds, whose counters add up, and never evaluates anything."""
 
 from __future__ import annotations
 
+import importlib.util
 import math
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -155,3 +157,27 @@ def test_trait_cues_on_long_hostile_text(text: str) -> None:
     assert all(traits.detected[name] in TRAIT_VALUES[name] for name in TRAIT_VALUES)
     assert PERSONA.lexicon is not None
     assert 0.0 <= PERSONA.lexicon.score(text).score <= 1.0
+
+
+def bench_cases() -> list[Any]:
+    """The extraction and SAFE patterns of bench/adversarial.py."""
+    path = Path(__file__).resolve().parents[1] / "bench" / "adversarial.py"
+    spec = importlib.util.spec_from_file_location("adversarial_bench", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return [*module.extraction_cases(), *module.safe_cases()]
+
+
+@pytest.mark.parametrize("case", bench_cases(), ids=lambda case: f"{case.suite}: {case.name}")
+def test_every_bench_pattern_at_the_limit_is_accepted_and_scored(case: Any) -> None:
+    # build() decodes the envelope with decode_record (a Rejected would raise here) and
+    # returns the registry's scorer on it.
+    run = case.build(case.factors[-1])
+    with eval_forbidden():
+        scored = run()
+    if case.suite == "extraction" and hasattr(scored, "counts"):
+        assert scored.counts["total_samples"] == 1
+    if case.suite == "safe":
+        assert scored.label in ("Pass", "Review", "Fail")
