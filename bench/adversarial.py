@@ -9,12 +9,13 @@ the default MiniLM embedder (verbosity count and lexicon; formality and tone com
 the sentence vector), the trait cues (the fallback with other embedders), keyword safety
 and the judge-answer parser.
 
-Each input runs in a forked child, `--runs` times (median kept), under a wall-clock limit
-(`--limit`, seconds): a child still running is killed and printed as "> limit", and the
-larger sizes of that pattern are skipped. The table prints milliseconds per record and the
-growth factor per doubling, `(t8x / t1x) ** (1/3)` (times under 0.5 ms count as 0.5 ms so
-that timer noise does not read as growth). The summary prints the worst record at the
-limit and the worst growth per suite against the targets (<= 50 ms, <= 2.2).
+Each input runs in a forked child, `--runs` times (median kept), each run under a
+wall-clock limit (`--limit`, seconds): a run still going is killed and printed as
+"> limit", and the larger sizes of that pattern are skipped. The table prints
+milliseconds per record and the growth factor per doubling, `(t8x / t1x) ** (1/3)`
+(times under 0.5 ms count as 0.5 ms so that timer noise does not read as growth). The
+summary prints the worst record at the limit and the worst growth per suite against the
+targets (<= 50 ms, <= 2.2).
 
 Run: .venv/bin/python bench/adversarial.py [--limit 3] [--runs 3] [--only WORD] [--verbose]
 """
@@ -374,6 +375,12 @@ def alignment_cases() -> list[Case]:
         text_case("alignment", f"trait cues: {name}", all_traits, lambda n, u=unit: fill(u, n))
         for name, unit in trait_inputs.items()
     ]
+    cases += [
+        text_case("alignment", "trait cues: a digit run, then a letter", all_traits,
+                  lambda n: "9" * (n - 1) + "a"),
+        text_case("alignment", "trait cues: 1.1.1..., then a letter", all_traits,
+                  lambda n: fill("1.", n - 1) + "a"),
+    ]  # fmt: skip
     cases.append(
         text_case(
             "alignment", "safety: 'crap ' repeated", patterns.find, lambda n: fill("crap ", n)
@@ -405,33 +412,37 @@ def alignment_cases() -> list[Case]:
 def _child(case: Case, factor: int, runs: int, conn: Connection) -> None:
     try:
         run = case.build(factor)
-        times = []
+        conn.send(("built", 0.0))
         for _ in range(runs):
             started = time.perf_counter()
             run()
-            times.append((time.perf_counter() - started) * 1000)
-        conn.send(("ok", times))
+            conn.send(("ok", (time.perf_counter() - started) * 1000))
     except BaseException as exc:
         conn.send(("error", f"{type(exc).__name__}: {str(exc)[:80]}"))
 
 
 def measure(case: Case, factor: int, runs: int, limit: float) -> float | str:
-    """Median ms of `runs`, "> limit" when the child overran, or an error text."""
+    """Median ms of `runs`, "> limit" when one run (or building the input) overran, or
+    an error text."""
     context = multiprocessing.get_context("fork")
     receiver, sender = context.Pipe(duplex=False)
     child = context.Process(target=_child, args=(case, factor, runs, sender))
     child.start()
     sender.close()
-    ready = receiver.poll(limit)
-    if not ready:
+    times: list[float] = []
+    try:
+        for _ in range(runs + 1):  # the build, then each run
+            if not receiver.poll(limit):
+                return "> limit"
+            status, value = receiver.recv()
+            if status == "error":
+                return str(value)
+            if status == "ok":
+                times.append(value)
+    finally:
         child.kill()
         child.join()
-        return "> limit"
-    status, value = receiver.recv()
-    child.join()
-    if status != "ok":
-        return str(value)
-    return statistics.median(value)
+    return statistics.median(times)
 
 
 def growth(times: list[float | str]) -> float | None:
