@@ -118,7 +118,7 @@ def extraction_cases() -> list[Case]:
         Case(
             "extraction",
             "dirtyjson eval: [9**9**8] (9 bytes)",
-            lambda _f: extraction_scorer({"text": "", "gold": [], "response": "[9**9**8]"}),
+            lambda _f: extraction_scorer({"text": "source", "gold": [], "response": "[9**9**8]"}),
             factors=(1,),
         ),
         response_case("fence then spaces", lambda n: "```" + " " * (n - 3)),
@@ -155,7 +155,7 @@ def extraction_cases() -> list[Case]:
             Case(
                 "extraction",
                 f"maximal argument lists, {label} (relaxed)",
-                lambda f, m=matching: extraction_scorer(argument_lists(f, "", m)),
+                lambda f, m=matching: extraction_scorer(argument_lists(f, "source", m)),
             )
         )
     cases.append(

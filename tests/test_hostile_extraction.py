@@ -128,7 +128,7 @@ def test_maximal_argument_lists_that_never_match_stop_at_the_budget() -> None:
     assert (counts.tp, counts.pred, counts.gold, counts.capped) == (0, 8000, 8000, True)
     scored = score_case(
         ExtractionPayload.model_validate(
-            {"text": "", "gold": gold, "response": json.dumps(predicted)}
+            {"text": "source", "gold": gold, "response": json.dumps(predicted)}
         ),
         ExtractionContext(),
     )

@@ -72,7 +72,8 @@ def test_extraction_scorer_on_hostile_text(
             }
         }
     )
-    payload = ExtractionPayload.model_validate({"text": text, "gold": gold, "response": response})
+    source = text or "source"  # an empty source is an invalid record
+    payload = ExtractionPayload.model_validate({"text": source, "gold": gold, "response": response})
     with eval_forbidden():
         scored = score_extraction(payload, ExtractionContext(settings=settings_))
     counts = scored.counts
