@@ -694,7 +694,7 @@ async def main(args: argparse.Namespace) -> int:
                 notes.extend(rows_notes(rows, encodes))
         finally:
             await scorer.app.stop()
-            scorer.executor.shutdown(wait=False)
+            scorer.close()
     passed, complete = True, True
     for index, rows in enumerate(rounds):
         print(f"\nrun {index + 1} of {len(rounds)}")

@@ -19,6 +19,7 @@ INVALID_TIMESTAMP = "invalid_timestamp"
 FIELD_TOO_LARGE = "field_too_large"
 OUTPUT_TOO_LARGE = "output_too_large"
 POISON_PILL = "poison_pill"
+SCORING_TIMEOUT = "scoring_timeout"  # scoring passed limits.scoring_deadline
 
 
 class Rejected(Exception):

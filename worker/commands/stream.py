@@ -109,6 +109,7 @@ def run_worker(args: argparse.Namespace) -> int:
         raise
     finally:
         scorer.telemetry.stop()
+        scorer.close()
     return 0
 
 

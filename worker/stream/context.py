@@ -6,13 +6,14 @@ from __future__ import annotations
 import contextlib
 import weakref
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from faust.types import EventT
 
 from worker.config import Settings
 from worker.input_records import SourcePosition
+from worker.scoring_pool import ScoringPool
 from worker.scoring_suites import ScoringSuites
 from worker.stream.publish import Publisher
 from worker.telemetry import Telemetry
@@ -20,13 +21,18 @@ from worker.telemetry import Telemetry
 
 @dataclass
 class StreamContext:
-    """The collaborators of the stages; `clock` is wall-clock epoch seconds."""
+    """The collaborators of the stages; `clock` is wall-clock epoch seconds. The scoring
+    pool's child processes start on first use."""
 
     settings: Settings
     suites: ScoringSuites
     telemetry: Telemetry
     publisher: Publisher
     clock: Callable[[], float]
+    scoring_pool: ScoringPool = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.scoring_pool = ScoringPool(self.settings)
 
     def now(self) -> datetime:
         return datetime.fromtimestamp(self.clock(), UTC)
