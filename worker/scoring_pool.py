@@ -74,8 +74,13 @@ class ScoringPool:
         factories: Mapping[str, ScorerFactory] | None = None,
         processes: int | None = None,
         deadline: float | None = None,
+        start_method: str = "forkserver",
     ) -> None:
         self.settings = settings
+        # "forkserver" (the worker): a fresh interpreter forks each child, so nothing of
+        # the caller's threads (Kafka clients, the ONNX runtime) or their locks is
+        # inherited. "fork" suits a caller without threads (the `score` command): faster.
+        self.start_method = start_method
         self.factories = dict(case_scorer_factories() if factories is None else factories)
         self.processes = processes or settings.stream.scoring_processes
         self.deadline = deadline if deadline is not None else settings.limits.scoring_deadline
@@ -83,9 +88,7 @@ class ScoringPool:
 
     def _started(self) -> ProcessPool:
         if self._pool is None:
-            # A fresh interpreter forks each child: nothing of the caller's threads (Kafka
-            # clients, the ONNX runtime) or locks is inherited.
-            context = multiprocessing.get_context("forkserver")
+            context = multiprocessing.get_context(self.start_method)
             self._pool = ProcessPool(
                 max_workers=self.processes,
                 initializer=_start_child,
