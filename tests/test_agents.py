@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
+from functools import partial
 from typing import Any
 
 import orjson
@@ -33,27 +34,38 @@ class Harness:
         self.sent: list[tuple[str, str, Any]] = []
         self.scorer.publisher.send = self._record  # type: ignore[method-assign]
         self.scorer.publisher.send_records = self._record_all  # type: ignore[method-assign]
-        self.processed = 0  # input records the score stage has finished with
-        stage = self.scorer.scoring
+        # records each stage has finished with (their scoring runs in child processes)
+        self.processed = {"score": 0, "sessions": 0}
+        for name, stage in (
+            ("score", self.scorer.scoring),
+            ("sessions", self.scorer.session_stage),
+        ):
+            self._count(name, stage)
+
+    def _count(self, name: str, stage: Any) -> None:
         process_batch = stage.process_batch
 
         async def counted(events: list[Any]) -> None:
             await process_batch(events)
-            self.processed += len(events)
+            self.processed[name] += len(events)
 
-        stage.process_batch = counted  # type: ignore[method-assign]
+        stage.process_batch = counted
 
-    async def score(self, records: list[tuple[bytes, bytes]], timeout: float = 60.0) -> None:
-        """Put `(value, key)` records through the score agent and wait until it has
-        processed them all (its scoring runs in child processes)."""
-        expected = self.processed + len(records)
-        async with self.agent("score").test_context() as agent:
+    async def put(self, name: str, records: list[tuple[bytes, bytes]]) -> None:
+        """Put `(value, key)` records through an agent and wait until its stage has
+        processed them all."""
+        expected = self.processed[name] + len(records)
+        async with self.agent(name).test_context() as agent:
             for value, key in records:
                 await agent.put(value, key=key)
-            give_up = time.monotonic() + timeout
-            while self.processed < expected:
-                assert time.monotonic() < give_up, "the score stage did not finish"
+            give_up = time.monotonic() + 60
+            while self.processed[name] < expected:
+                assert time.monotonic() < give_up, f"the {name} stage did not finish"
                 await asyncio.sleep(0.01)
+
+    async def score(self, records: list[tuple[bytes, bytes]]) -> None:
+        """Put `(value, key)` records through the score agent and wait for it."""
+        await self.put("score", records)
 
     async def _record(
         self, topic: Any, key: str | bytes, value: bytes, partition: int | None = None
@@ -79,9 +91,9 @@ class Harness:
         self.sent = [
             item for item in self.sent if item[0] == self.scorer.settings.topics.dead_letters
         ]
-        async with self.agent("sessions").test_context() as agent:
-            for key, value in forwarded:
-                await agent.put(orjson.dumps(value), key=key.encode())
+        await self.put(
+            "sessions", [(orjson.dumps(value), key.encode()) for key, value in forwarded]
+        )
 
     def dead_letters(self) -> list[dict[str, Any]]:
         return [value for _, value in self.to(self.scorer.settings.topics.dead_letters)]
@@ -276,3 +288,39 @@ async def test_a_turn_of_another_persona_is_a_dead_letter_and_the_session_goes_o
     # Turn 1 never counted, so the session waits for its idle timeout to close.
     stored = harness.scorer.sessions["s2"]
     assert sorted(SessionState.from_json(stored["state"]).turns) == [0, 2]
+
+
+def spinning_turn_scorer(inner: Any, settings: Any) -> Any:
+    """The alignment turn scorer of the pool (`inner`), never returning on "spin"."""
+    score = inner(settings)
+
+    def scored(turn: Any) -> Any:
+        while turn[1] == "spin":
+            pass
+        return score(turn)
+
+    return scored
+
+
+async def test_an_alignment_turn_past_the_scoring_deadline_is_a_dead_letter() -> None:
+    harness = Harness(limits={"poison_pill_attempts": 0, "scoring_deadline": "0.5s"})
+    pool = harness.scorer.scoring_pool
+    assert pool.more_factories is not None
+    built = pool.more_factories()
+    pool.more_factories = lambda: {
+        name: partial(spinning_turn_scorer, factory) for name, factory in built.items()
+    }
+    try:
+        await harness.through_sessions(
+            [
+                turn("s1", 0, "tunetide", "spin", final=True),
+                turn("s2", 0, "tunetide", "Hey! Your playlist is ready.", final=True),
+            ]
+        )
+    finally:
+        harness.scorer.close()
+    (letter,) = harness.dead_letters()
+    assert letter["error"]["type"] == "scoring_timeout"
+    assert orjson.loads(letter["raw"])["id"] == "s1-0"
+    results = harness.to(harness.scorer.settings.topics.results)
+    assert [key for key, _ in results] == ["alignment:s2-0", "alignment:session:s2"]

@@ -33,7 +33,7 @@ from pebble import ProcessExpired, ProcessPool
 from worker.config import Settings
 from worker.rejections import SCORING_ERROR, SCORING_TIMEOUT, UNKNOWN_SUITE, Rejected
 from worker.suites import registry
-from worker.suites.base import CaseScorer, Scored
+from worker.suites.base import Scored
 
 log = logging.getLogger("scorestream")
 
@@ -43,14 +43,17 @@ MAX_MESSAGE_CHARS = 500  # of an error's repr in an outcome
 
 # (suite, payload, size in bytes of its input: the chunking hint)
 Case = tuple[str, Any, int]
-ScorerFactory = Callable[[Settings], CaseScorer]
+# A scorer factory run in each child: `Settings` in, a function of one payload out (a
+# suite's `CaseScorer`, or e.g. the alignment turn scorer).
+ScorerFactory = Callable[[Settings], Callable[[Any], Any]]
 
 
 @dataclass(frozen=True)
 class Outcome:
-    """What scoring one case came to: `scored`, or the dead-letter `reason` and message."""
+    """What scoring one case came to: `scored` (a `Scored` for a suite's case scorer, or
+    what another pool scorer returns), or the dead-letter `reason` and message."""
 
-    scored: Scored | None
+    scored: Scored | Any | None
     reason: str | None = None
     message: str = ""
     seconds: float = 0.0  # scoring time in the child (the deadline when it timed out)
@@ -75,6 +78,7 @@ class ScoringPool:
         processes: int | None = None,
         deadline: float | None = None,
         start_method: str = "forkserver",
+        more_factories: Callable[[], Mapping[str, ScorerFactory]] | None = None,
     ) -> None:
         self.settings = settings
         # "forkserver" (the worker): a fresh interpreter forks each child, so nothing of
@@ -82,6 +86,9 @@ class ScoringPool:
         # inherited. "fork" suits a caller without threads (the `score` command): faster.
         self.start_method = start_method
         self.factories = dict(case_scorer_factories() if factories is None else factories)
+        # Scorers that can only be described once the caller has warmed up (alignment
+        # turns need the embedded persona examples): asked for when the pool starts.
+        self.more_factories = more_factories
         self.processes = processes or settings.stream.scoring_processes
         self.deadline = deadline if deadline is not None else settings.limits.scoring_deadline
         self._pool: ProcessPool | None = None
@@ -89,10 +96,13 @@ class ScoringPool:
     def _started(self) -> ProcessPool:
         if self._pool is None:
             context = multiprocessing.get_context(self.start_method)
+            factories = dict(self.factories)
+            if self.more_factories is not None:
+                factories.update(self.more_factories())
             self._pool = ProcessPool(
                 max_workers=self.processes,
                 initializer=_start_child,
-                initargs=(self.settings, self.factories),
+                initargs=(self.settings, factories),
                 context=context,
             )
         return self._pool
@@ -198,7 +208,7 @@ def _chunks(indices: Sequence[int], sizes: Sequence[int]) -> list[list[int]]:
 
 # ---------------------------------------------------------------- in the child
 
-_SCORERS: dict[str, CaseScorer] = {}
+_SCORERS: dict[str, Callable[[Any], Any]] = {}
 
 
 def _start_child(settings: Settings, factories: Mapping[str, ScorerFactory]) -> None:

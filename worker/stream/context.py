@@ -32,7 +32,7 @@ class StreamContext:
     scoring_pool: ScoringPool = field(init=False)
 
     def __post_init__(self) -> None:
-        self.scoring_pool = ScoringPool(self.settings)
+        self.scoring_pool = ScoringPool(self.settings, more_factories=self.suites.pool_factories)
 
     def now(self) -> datetime:
         return datetime.fromtimestamp(self.clock(), UTC)
