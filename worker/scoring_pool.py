@@ -96,6 +96,8 @@ class ScoringPool:
     def _started(self) -> ProcessPool:
         if self._pool is None:
             context = multiprocessing.get_context(self.start_method)
+            if self.start_method == "forkserver":  # children start with the scorers imported
+                context.set_forkserver_preload([__name__])
             factories = dict(self.factories)
             if self.more_factories is not None:
                 factories.update(self.more_factories())
