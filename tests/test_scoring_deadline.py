@@ -11,6 +11,7 @@ regex that backtracks for ever.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import subprocess
 import sys
@@ -37,6 +38,7 @@ from tests.streamkit import (
     write_config,
 )
 from worker.broker import EmbeddedBroker
+from worker.commands.score import run_score
 
 ROOT = Path(__file__).resolve().parents[1]
 SAFE = envelopes(EXAMPLES / "safe" / "envelopes.jsonl")[0]
@@ -175,3 +177,33 @@ def run_scorestream(args: list[str]) -> tuple[int, str, str]:
         [sys.executable, "-m", "worker", *args], capture_output=True, text=True, timeout=300
     )
     return done.returncode, done.stdout, done.stderr
+
+
+def test_score_applies_the_stream_intake_limits_to_each_row(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    long_summary = {**SAFE["payload"]["output"], "summary": "word " * 40}
+    envelope = {**safe_case("long"), "payload": {**SAFE["payload"], "output": long_summary}}
+    native = {**SAFE["payload"], "test_id": "native-long", "output": long_summary}
+    rows = tmp_path / "cases.jsonl"
+    lines = [safe_case("fine"), envelope, native]
+    rows.write_bytes(b"\n".join(orjson.dumps(line) for line in lines) + b"\n")
+    config = write_config_file(tmp_path, {"limits": {"text_bytes": 100}})
+    args = argparse.Namespace(
+        files=[str(rows)],
+        suite="safe",
+        config=config,
+        format="json",
+        output=str(tmp_path / "report.json"),
+        strict_ah=False,
+        concern=None,
+        judge=False,
+        verbose=False,
+    )
+    assert run_score(args) == 3
+    err = capsys.readouterr().err
+    limit = "200 bytes is over the limit of 100 bytes (limits.text_bytes)"
+    assert f"{rows}:2: payload.output.summary: {limit}" in err
+    assert f"{rows}:3: output.summary: {limit}" in err
+    report = orjson.loads((tmp_path / "report.json").read_bytes())
+    assert [case["test_id"] for case in report["results"]] == ["fine"]

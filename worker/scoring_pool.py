@@ -109,6 +109,16 @@ class ScoringPool:
             )
         return self._pool
 
+    def start(self, timeout: float = 120.0) -> None:
+        """Start the children now and wait until one is prepared (a worker does this
+        before it reads, so the first batch does not wait and a scorer that cannot be
+        prepared fails the start instead of every record)."""
+        try:
+            self._started().schedule(_score_chunk, args=([],)).result(timeout)
+        except Exception as exc:
+            self.close()
+            raise RuntimeError(f"the scoring processes could not start: {exc!r}") from exc
+
     def close(self) -> None:
         """Stop the child processes (a running task is killed)."""
         if self._pool is not None:

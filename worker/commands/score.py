@@ -152,6 +152,7 @@ def drop_past_deadline(
     ]
     if not cases:
         return 0
+    pool.start()  # a scorer that cannot be prepared: RuntimeError, not a verdict per row
     outcomes = pool.score_blocking([(suite, item.payload, 0) for suite, item in cases])
     dropped: set[int] = set()
     for (_, item), outcome in zip(cases, outcomes, strict=True):
@@ -285,6 +286,9 @@ def run_score(args: argparse.Namespace) -> int:
     pool = ScoringPool(settings, processes=os.cpu_count() or 1, start_method="fork")
     try:
         rejected += drop_past_deadline(batches, pool, errors)
+    except RuntimeError as exc:
+        errors.print(f"scorestream score: {exc}", markup=False)
+        return EXIT_ERROR
     finally:
         pool.close()
     for message in scorers.unavailable.values():
