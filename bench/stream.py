@@ -684,6 +684,7 @@ async def main(args: argparse.Namespace) -> int:
         encodes = EncodeLog()
         encodes.wrap(scoring_suites)
         scorer = ScorestreamApp(settings, broker.url, suites=scoring_suites)
+        scorer.scoring_pool.start()  # as `scorestream worker` does before it reads
         await scorer.app.start()
         await asyncio.wait_for(scorer.ready.wait(), 90)
         try:
