@@ -11,8 +11,10 @@ process is killed and the chunk is scored again record by record, each with the 
 exactly the slow record becomes a `scoring_timeout` outcome (a record that kills its
 process, a `scoring_error`), and every other record of the chunk still gets its result.
 
-A child is prepared once (`_start_child`: the suites' case scorers from the settings) and
-is sent only the suite names and validated payloads of its cases.
+A child is prepared once (`_start_child`: the suites' case scorers from the settings).
+Payloads go as compactly as they can: the stream sends a record's raw bytes, which the
+child decodes again (pickling a pydantic model costs more than validating it), and a
+`Scored` comes back as JSON.
 """
 
 from __future__ import annotations
@@ -28,9 +30,11 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
 from pebble import ProcessExpired, ProcessPool
 
 from worker.config import Settings
+from worker.input_records import decode_record
 from worker.rejections import SCORING_ERROR, SCORING_TIMEOUT, UNKNOWN_SUITE, Rejected
 from worker.suites import registry
 from worker.suites.base import Scored
@@ -41,7 +45,9 @@ CHUNK_RECORDS = 64  # cases per task: a process hop costs about as much as a few
 CHUNK_BYTES = 256 * 1024  # and about this much input per task
 MAX_MESSAGE_CHARS = 500  # of an error's repr in an outcome
 
-# (suite, payload, size in bytes of its input: the chunking hint)
+# (suite, payload, size in bytes of its input: the chunking hint); for a suite's case
+# scorer the payload is its payload model, or the raw bytes of a record that
+# `decode_record` accepted (decoded again in the child).
 Case = tuple[str, Any, int]
 # A scorer factory run in each child: `Settings` in, a function of one payload out (a
 # suite's `CaseScorer`, or e.g. the alignment turn scorer).
@@ -167,11 +173,11 @@ class ScoringPool:
             except Exception as exc:
                 raise _PoolBroken(repr(exc)) from exc
             for index, fields in zip(chunk, scored, strict=True):
-                outcomes[index] = Outcome(*fields)
+                outcomes[index] = _outcome(fields)
         singles = [self._schedule([cases[index]]) for index in retry]
         for index, future in zip(retry, singles, strict=True):
             try:
-                outcomes[index] = Outcome(*(await asyncio.wrap_future(future))[0])
+                outcomes[index] = _outcome((await asyncio.wrap_future(future))[0])
             except (FutureTimeout, ProcessExpired) as exc:
                 outcomes[index] = self._failed(exc)
             except Exception as exc:
@@ -195,6 +201,14 @@ class ScoringPool:
 
 class _PoolBroken(Exception):
     """The pool itself failed (not one case)."""
+
+
+def _outcome(fields: tuple[Any, ...]) -> Outcome:
+    """An `Outcome` from a child's answer (a `Scored` came as JSON bytes)."""
+    scored, *rest = fields
+    if isinstance(scored, bytes):
+        scored = Scored(**orjson.loads(scored))
+    return Outcome(scored, *rest)
 
 
 def _lost() -> Outcome:
@@ -221,11 +235,13 @@ def _chunks(indices: Sequence[int], sizes: Sequence[int]) -> list[list[int]]:
 # ---------------------------------------------------------------- in the child
 
 _SCORERS: dict[str, Callable[[Any], Any]] = {}
+_SETTINGS: list[Settings] = []
 
 
 def _start_child(settings: Settings, factories: Mapping[str, ScorerFactory]) -> None:
     """Prepare a child once: its case scorers. Ctrl-C is for the parent to handle."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _SETTINGS[:] = [settings]
     _SCORERS.clear()
     _SCORERS.update({name: factory(settings) for name, factory in factories.items()})
 
@@ -241,12 +257,28 @@ def _score_one(suite: str, payload: Any) -> tuple[Any, ...]:
         return (None, UNKNOWN_SUITE, f"suite {suite!r} is not scored case by case", 0.0)
     started = time.perf_counter()
     try:
+        if isinstance(payload, bytes):
+            settings = _SETTINGS[0]
+            payload = decode_record(payload, settings.max_record_bytes, settings.limits).payload
         scored = scorer(payload)
+        if isinstance(scored, Scored):
+            scored = _packed(scored)
     except Rejected as rejected:
         return (None, rejected.reason, rejected.message, time.perf_counter() - started)
     except Exception as exc:  # a scorer bug loses nothing: the caller dead-letters it
         return (None, SCORING_ERROR, repr(exc)[:MAX_MESSAGE_CHARS], time.perf_counter() - started)
     return (scored, None, "", time.perf_counter() - started)
+
+
+def _packed(scored: Scored) -> bytes:
+    fields = {
+        "scores": scored.scores,
+        "label": scored.label,
+        "grade": scored.grade,
+        "details": scored.details,
+        "counts": scored.counts,
+    }
+    return orjson.dumps(fields)
 
 
 __all__ = ["Case", "Outcome", "ScoringPool", "case_scorer_factories"]

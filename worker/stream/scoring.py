@@ -157,7 +157,7 @@ class ScoreStage:
             prepared.append(await self._guarded(step, event, source))
         cases = [case for case in prepared if isinstance(case, _Case)]
         outcomes = await self.context.scoring_pool.score(
-            [(case.record.suite, case.record.payload, len(case.event.value)) for case in cases]
+            [(case.record.suite, case.event.value, len(case.event.value)) for case in cases]
         )
         scored = iter(outcomes)
         event_times: list[datetime | None] = []
