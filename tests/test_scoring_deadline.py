@@ -139,6 +139,8 @@ async def test_a_runaway_record_is_a_scoring_timeout_while_the_worker_stays_heal
                 await reader.poll(settings.stream.session_timeout)  # a lost member shows
             assert worker.process is not None and worker.process.poll() is None
             log = worker.log()
+            with urllib.request.urlopen(base + "/metrics", timeout=5) as reply:
+                metrics = reply.read().decode()
     finally:
         worker.stop()
     (letter,) = reader.values(topics.dead_letters)
@@ -146,6 +148,7 @@ async def test_a_runaway_record_is_a_scoring_timeout_while_the_worker_stays_heal
     assert "limits.scoring_deadline (2 s)" in letter["error"]["message"]
     assert orjson.loads(letter["raw"])["id"] == "spin"
     assert sorted(value["id"] for value in reader.values(topics.results)) == ["after", "before"]
+    assert 'scorestream_dead_letters_total{reason="scoring_timeout"} 1.0' in metrics
     assert probe.asked > 10
     assert probe.slowest < 1.0, f"/healthz took {probe.slowest:.2f} s"
     assert joins >= 1

@@ -265,10 +265,8 @@ class ScoreStage:
         event, source, record = case.event, case.source, case.record
         if outcome.scored is None:
             reason = outcome.reason or input_records.SCORING_ERROR
-            if reason == input_records.SCORING_ERROR:
+            if reason == input_records.SCORING_ERROR:  # a scorer bug
                 log.error("scoring failed: %s", outcome.message)
-            elif reason == input_records.SCORING_TIMEOUT:
-                log.warning("input %s: %s", source, outcome.message)
             await self._dead_letter(event, reason, outcome.message, source)
             return None
         scored = with_unknown_fields(outcome.scored, unknown_fields(record.payload))
