@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Coroutine, MutableMapping
+from collections.abc import AsyncIterator, Coroutine, MutableMapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
@@ -20,7 +20,7 @@ from schemas.envelope import AlignmentRecord
 from schemas.outputs import CaseResult
 from worker import input_records
 from worker.eventtime import Marker, PartitionClock
-from worker.scoring_pool import Outcome
+from worker.scoring_pool import CHUNK_RECORDS, Outcome
 from worker.stream.context import StreamContext, event_context, source_position
 from worker.stream.inflight import InflightGuard
 from worker.stream.publish import Contributions, Folding, OutputTooLarge
@@ -147,23 +147,37 @@ class ScoreStage:
         records: list[tuple[EventT, input_records.SourcePosition]],
         batch: Contributions | None = None,
     ) -> list[datetime | None]:
-        """Decode the records, score their cases together in the scoring pool (each under
+        """Decode the records, score their cases in the scoring pool (each under
         `limits.scoring_deadline`), then publish or dead-letter each, in order; the event
-        time of each record that had a usable one."""
+        time of each record that had a usable one. Pipelined: a chunk of cases is scored
+        while the next is decoded and the previous one's results are published."""
         received = self.context.now()
         prepared: list[_Case | datetime | None] = []
+        scoring: list[asyncio.Future[list[Outcome]]] = []
+        waiting: list[_Case] = []
+
+        def send() -> None:
+            cases = [
+                (case.record.suite, case.event.value, len(case.event.value)) for case in waiting
+            ]
+            scoring.append(asyncio.ensure_future(self.context.scoring_pool.score(cases)))
+            waiting.clear()
+
         for event, source in records:
-            step = self._prepare(event, source, received)
-            prepared.append(await self._guarded(step, event, source))
-        cases = [case for case in prepared if isinstance(case, _Case)]
-        outcomes = await self.context.scoring_pool.score(
-            [(case.record.suite, case.event.value, len(case.event.value)) for case in cases]
-        )
-        scored = iter(outcomes)
+            item = await self._guarded(self._prepare(event, source, received), event, source)
+            prepared.append(item)
+            if isinstance(item, _Case):
+                waiting.append(item)
+                if len(waiting) >= CHUNK_RECORDS:
+                    send()
+        if waiting:
+            send()
+        outcomes = _in_order(scoring)
         event_times: list[datetime | None] = []
         for (event, source), item in zip(records, prepared, strict=True):
             if isinstance(item, _Case):
-                item = await self._guarded(self._finish(item, next(scored), batch), event, source)
+                outcome = await anext(outcomes)
+                item = await self._guarded(self._finish(item, outcome, batch), event, source)
             event_times.append(item)
         return event_times
 
@@ -405,6 +419,13 @@ class _Case:
     received: datetime
     record: Any  # an envelope of a case-by-case suite
     event_time: datetime
+
+
+async def _in_order(scoring: list[asyncio.Future[list[Outcome]]]) -> AsyncIterator[Outcome]:
+    """The outcomes of the chunks being scored, in order, as each chunk is done."""
+    for future in scoring:
+        for outcome in await future:
+            yield outcome
 
 
 def _guard_key(source: input_records.SourcePosition) -> str:
