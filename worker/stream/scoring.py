@@ -151,7 +151,6 @@ class ScoreStage:
         `limits.scoring_deadline`), then publish or dead-letter each, in order; the event
         time of each record that had a usable one. Pipelined: a chunk of cases is scored
         while the next is decoded and the previous one's results are published."""
-        received = self.context.now()
         prepared: list[_Case | datetime | None] = []
         scoring: list[asyncio.Future[list[Outcome]]] = []
         waiting: list[_Case] = []
@@ -164,7 +163,8 @@ class ScoreStage:
             waiting.clear()
 
         for event, source in records:
-            item = await self._guarded(self._prepare(event, source, received), event, source)
+            step = self._prepare(event, source, self.context.now())
+            item = await self._guarded(step, event, source)
             prepared.append(item)
             if isinstance(item, _Case):
                 waiting.append(item)
