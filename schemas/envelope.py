@@ -15,6 +15,8 @@ SuiteName = Literal["alignment", "extraction", "safe"]
 TRACE_ID_PATTERN = r"^[0-9a-f]{32}$"
 INVALID_TRACE_ID = "0" * 32
 SUITES: tuple[SuiteName, ...] = ("alignment", "extraction", "safe")
+# Identifiers, label keys and required texts: an empty one is an invalid record.
+NonEmpty = Annotated[str, Field(min_length=1)]
 
 # ---------------------------------------------------------------- safe
 
@@ -73,7 +75,7 @@ class GoldEvent(PayloadModel):
 class ExtractionPayload(PayloadModel):
     """A source document, its gold events and the raw model response."""
 
-    text: str = ""
+    text: str = Field(min_length=1)  # the source document: required, never empty
     gold: list[GoldEvent] = Field(default_factory=list)
     response: str = ""
     schema_name: str | None = Field(default=None, alias="schema")
@@ -85,24 +87,24 @@ class ExtractionPayload(PayloadModel):
 class AlignmentTurnPayload(PayloadModel):
     """One assistant turn of a session; `final: true` closes the session."""
 
-    session_id: str
+    session_id: NonEmpty
     turn_index: int = Field(ge=0)
-    persona_id: str
-    text: str
+    persona_id: NonEmpty
+    text: NonEmpty
     user: str | None = None
     final: bool = False
 
 
 class SessionTurn(PayloadModel):
     user: str = ""
-    assistant: str
+    assistant: NonEmpty
 
 
 class AlignmentSessionPayload(PayloadModel):
     """A whole session at once."""
 
-    session_id: str
-    persona_id: str
+    session_id: NonEmpty
+    persona_id: NonEmpty
     turns: list[SessionTurn] = Field(min_length=1)
 
 
@@ -130,10 +132,10 @@ def parse_event_time(value: str | int | None) -> datetime | None:
 
 
 class _EnvelopeBase(InputModel):
-    id: str = Field(min_length=1)
+    id: NonEmpty
     ts: str | int | None = None
     model: str | None = None
-    labels: dict[str, str] = Field(default_factory=dict)
+    labels: dict[NonEmpty, str] = Field(default_factory=dict)
     trace_id: str | None = None
 
     @field_validator("trace_id")

@@ -125,7 +125,8 @@ async def test_score_agent_publishes_one_result_keyed_by_suite_and_id(harness: H
         (b'{"id": "a", "suite": "haiku", "payload": {}}', "unknown_suite"),
         (b'{"id": "a", "suite": "safe", "payload": {"output": []}}', "invalid_record"),
         (
-            b'{"id": "a", "suite": "extraction", "payload": {"response": "[]", "schema": "nope"}}',
+            b'{"id": "a", "suite": "extraction",'
+            b' "payload": {"text": "t", "response": "[]", "schema": "nope"}}',
             "unknown_schema",
         ),
         (

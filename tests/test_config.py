@@ -84,3 +84,51 @@ def test_a_wait_may_be_zero_where_a_window_may_not() -> None:
         load_settings(None, overrides={"stream": {"producer_linger": -0.5}}, environ={})
     with pytest.raises(ConfigError, match="windows"):
         load_settings(None, overrides={"windows": [{"size": 0}]}, environ={})
+
+
+@pytest.mark.parametrize(
+    "secret",
+    [
+        "pass #word",  # YAML took everything after " #" as a comment: "pass"
+        "yes",  # YAML 1.1: a boolean
+        "0123",  # YAML: the number 123 (or 83)
+        "[not, a, list]",
+        "{a: b}",
+        "null",
+        "&anchor value",
+        "'quoted'",
+        " padded ",
+    ],
+)
+def test_secrets_from_the_environment_are_taken_as_plain_strings(
+    tmp_path: Path, secret: str
+) -> None:
+    env = {
+        "SCORESTREAM_KAFKA__SECURITY_PROTOCOL": "SASL_SSL",
+        "SCORESTREAM_KAFKA__SASL_MECHANISM": "SCRAM-SHA-512",
+        "SCORESTREAM_KAFKA__SASL_USERNAME": secret,
+        "SCORESTREAM_KAFKA__SASL_PASSWORD": secret,
+        "SCORESTREAM_KAFKA__SSL_KEY_PASSWORD": secret,
+    }
+    settings = load_settings(environ=env, safe_config_json=tmp_path / "none.json")
+    kafka = settings.kafka
+    assert kafka.sasl_password is not None and kafka.sasl_password.get_secret_value() == secret
+    assert kafka.ssl_key_password is not None
+    assert kafka.ssl_key_password.get_secret_value() == secret
+    assert kafka.sasl_username == secret
+
+
+def test_other_settings_from_the_environment_are_still_decoded(tmp_path: Path) -> None:
+    env = {
+        "SCORESTREAM_SEGMENT_BY": "[model, tenant]",
+        "SCORESTREAM_METRICS_PORT": "9200",
+        "SCORESTREAM_SAFE__STRICT_AH": "true",
+        "SCORESTREAM_METRICS_HOST": "127.0.0.1",
+        "SCORESTREAM_BROKER": "kafka://broker:9092 #primary",
+    }
+    settings = load_settings(environ=env, safe_config_json=tmp_path / "none.json")
+    assert settings.segment_by == ["model", "tenant"]
+    assert settings.metrics_port == 9200
+    assert settings.safe.strict_ah is True
+    assert settings.metrics_host == "127.0.0.1"
+    assert settings.broker == "kafka://broker:9092 #primary"  # text: as given

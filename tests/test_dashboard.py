@@ -8,9 +8,12 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import os
 import re
 import shutil
+import signal
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.parse
@@ -35,27 +38,48 @@ from tests.streamkit import (
     write_config,
 )
 from worker.broker import EmbeddedBroker, free_port
+from worker.demo.settings import DEFAULT_CONFIG as DEMO_CONFIG
+from worker.demo.settings import demo_settings
+from worker.stream import gate_windows
+from worker.suites import registry
 from worker.telemetry import Telemetry
 
 REPO = Path(__file__).resolve().parent.parent
 GRAFANA = REPO / "deploy" / "grafana"
 DASHBOARD = GRAFANA / "dashboards" / "scorestream.json"
-# What Grafana substitutes for the dashboard's variables ("All" is the regex .*).
-VARIABLES = {"$suite": ".*", "$window": ".*", "$model": ".*", "$__rate_interval": "20s"}
+RATE_INTERVAL = "20s"  # Grafana's $__rate_interval at a 1 s scrape interval
 
 
 def dashboard() -> dict[str, Any]:
     return dict(json.loads(DASHBOARD.read_text(encoding="utf-8")))
 
 
+def default_variables() -> dict[str, str]:
+    """What Grafana substitutes for each variable at its default: "All" is the variable's
+    `allValue`, a multi-value selection `(a|b)`."""
+    values = {"$__rate_interval": RATE_INTERVAL}
+    for variable in dashboard()["templating"]["list"]:
+        current = variable["current"]["value"]
+        if current == "$__all" or current == ["$__all"]:
+            values["$" + variable["name"]] = variable["allValue"]
+        elif isinstance(current, list):
+            values["$" + variable["name"]] = "(" + "|".join(current) + ")"
+        else:
+            values["$" + variable["name"]] = current
+    return values
+
+
 def panel_queries() -> list[tuple[str, str]]:
-    """(panel title / target ref, PromQL with the variables filled in) for every target."""
+    """(panel title / target ref, PromQL with the variables at their defaults) for every
+    target."""
+    variables = sorted(default_variables().items(), key=lambda item: -len(item[0]))
     queries = []
     for panel in dashboard()["panels"]:
         for target in panel["targets"]:
             expr = target["expr"]
-            for name, value in VARIABLES.items():
+            for name, value in variables:
                 expr = expr.replace(name, value)
+            assert "$" not in expr, f"{panel['title']}: unknown variable in {expr}"
             queries.append((f"{panel['title']} / {target['refId']}", expr))
     return queries
 
@@ -88,7 +112,8 @@ def test_dashboard_is_provisioned_from_the_files_compose_mounts() -> None:
 def test_panels_query_only_metrics_the_worker_exports() -> None:
     exported = Telemetry(["model"]).render().decode()
     families = set(re.findall(r"^# TYPE (\S+) ", exported, flags=re.MULTILINE))
-    series = {name + suffix for name in families for suffix in ("", "_bucket", "_total")}
+    suffixes = ("", "_bucket", "_count", "_sum", "_total")
+    series = {name + suffix for name in families for suffix in suffixes}
     for title, expr in panel_queries():
         names = set(re.findall(r"\b(scorestream_[a-z_]+)", expr))
         assert names <= series, f"{title} queries unknown metrics {names - series}"
@@ -110,6 +135,21 @@ def test_dashboard_covers_what_an_operator_watches() -> None:
         assert needed in text, needed
 
 
+def test_score_panels_default_to_each_suites_headline_metrics() -> None:
+    (metric,) = [v for v in dashboard()["templating"]["list"] if v["name"] == "metric"]
+    headline = [name for spec in registry.specs() for name in spec.headline]
+    assert sorted(metric["current"]["value"]) == sorted(headline)
+    assert metric["multi"] and metric["includeAll"]
+
+
+def test_latency_panels_show_only_suites_with_observations() -> None:
+    """histogram_quantile over an interval without observations is NaN: each quantile is
+    kept only where its histogram counted something."""
+    for title, expr in panel_queries():
+        for histogram in re.findall(r"\b(scorestream_\w+)_bucket\b", expr):
+            assert f"rate({histogram}_count" in expr and expr.endswith("> 0)"), title
+
+
 class JsonLogWorker(WorkerProcess):
     """`scorestream worker --log-format json`."""
 
@@ -129,6 +169,37 @@ def http_get(url: str) -> tuple[int, bytes]:
 def prometheus_query(port: int, expr: str) -> list[dict[str, Any]]:
     url = f"http://127.0.0.1:{port}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
     answer = orjson.loads(urllib.request.urlopen(url, timeout=5).read())
+    assert answer["status"] == "success", answer
+    return list(answer["data"]["result"])
+
+
+def start_prometheus(tmp_path: Path, target: str, port: int) -> subprocess.Popen[bytes]:
+    """Debian's Prometheus on `port`, scraping `target` (host:port) every second."""
+    (tmp_path / "prometheus.yml").write_text(
+        "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
+        "scrape_configs:\n"
+        "  - job_name: scorestream\n"
+        f"    static_configs: [{{targets: ['{target}']}}]\n",
+        encoding="utf-8",
+    )
+    return subprocess.Popen(
+        [
+            "prometheus",
+            f"--config.file={tmp_path / 'prometheus.yml'}",
+            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def prometheus_range(port: int, expr: str, start: float, end: float) -> list[dict[str, Any]]:
+    """Every series of `expr` between `start` and `end`, a point a second (as a
+    dashboard over that time range shows it)."""
+    query = {"query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": "1"}
+    url = f"http://127.0.0.1:{port}/api/v1/query_range?" + urllib.parse.urlencode(query)
+    answer = orjson.loads(urllib.request.urlopen(url, timeout=10).read())
     assert answer["status"] == "success", answer
     return list(answer["data"]["result"])
 
@@ -187,23 +258,7 @@ async def test_every_panel_query_returns_data_from_a_real_prometheus(
         base = metrics_url.removesuffix("/metrics")
         assert http_get(base + "/healthz")[0] == 200
         port = free_port()
-        (tmp_path / "prometheus.yml").write_text(
-            "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
-            "scrape_configs:\n"
-            "  - job_name: scorestream\n"
-            f"    static_configs: [{{targets: ['{urllib.parse.urlparse(metrics_url).netloc}']}}]\n",
-            encoding="utf-8",
-        )
-        prometheus = subprocess.Popen(
-            [
-                "prometheus",
-                f"--config.file={tmp_path / 'prometheus.yml'}",
-                f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-                f"--web.listen-address=127.0.0.1:{port}",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+        prometheus = start_prometheus(tmp_path, urllib.parse.urlparse(metrics_url).netloc, port)
         first, second = bursts_of_every_suite()
         # Two bursts a few scrapes apart, so that rates and quantiles see increases.
         await asyncio.sleep(3)
@@ -213,7 +268,7 @@ async def test_every_panel_query_returns_data_from_a_real_prometheus(
         await produce(broker.bootstrap, settings.topics.input, live_lines(second, *bad))
 
         pending = dict(panel_queries())
-        trend = "Score trends: window mean with 95% CI / A"
+        trend = "Headline scores: window mean (all cases) / A"
         suites = {"safe", "extraction", "alignment"}
         seen: dict[str, list[dict[str, Any]]] = {}
         deadline = time.monotonic() + 120
@@ -259,3 +314,57 @@ async def test_every_panel_query_returns_data_from_a_real_prometheus(
     assert not re.search(r"^\[\d{4}-\d\d-\d\d", worker.log(), flags=re.MULTILINE), (
         "text log lines next to JSON ones"
     )
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(
+    shutil.which("prometheus") is None, reason="Debian's prometheus is not installed"
+)
+def test_every_panel_tells_the_truth_on_the_demo_stream(tmp_path: Path) -> None:
+    """Small data: the demo's 89 records, caught up on in a burst. Every panel has data
+    over the demo's time range, none a NaN, every rate panel sees the burst, and the
+    default score panel has one series per headline metric and window."""
+    metrics_port, port = free_port(), free_port()
+    prometheus = start_prometheus(tmp_path, f"127.0.0.1:{metrics_port}", port)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SCORESTREAM_")}
+    env.update(SCORESTREAM_METRICS_PORT=str(metrics_port), PYTHONUNBUFFERED="1")
+    started = time.time()
+    demo = subprocess.Popen(
+        [sys.executable, "-m", "worker", "demo", "--follow", "--config", str(DEMO_CONFIG)],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        assert demo.stderr is not None
+        said = ""
+        while "Next steps" not in said:
+            line = demo.stderr.readline()
+            assert line, f"the demo ended early:\n{said}"
+            said += line
+        time.sleep(3)  # a few more scrapes after the last window closed
+        ended = time.time()
+        found = {
+            title: prometheus_range(port, expr, started, ended) for title, expr in panel_queries()
+        }
+    finally:
+        os.killpg(demo.pid, signal.SIGINT)
+        demo.wait(60)
+        prometheus.terminate()
+        prometheus.wait(10)
+    for (title, expr), series in zip(panel_queries(), found.values(), strict=True):
+        points = [float(value) for item in series for _at, value in item["values"]]
+        print(f"{title}: {len(series)} series, {len(points)} points")
+        assert points, f"{title}: no data after the demo's stream"
+        assert all(math.isfinite(point) for point in points), f"{title}: NaN or infinity"
+        if "rate(" in expr:
+            assert any(point > 0 for point in points), f"{title}: the burst is not seen"
+    headline = found["Headline scores: window mean (all cases) / A"]
+    metrics = {name for spec in registry.specs() for name in spec.headline}
+    windows = {window.name for window in gate_windows(demo_settings(str(DEMO_CONFIG)))}
+    assert {(s["metric"]["metric"], s["metric"]["window"]) for s in headline} == {
+        (metric, window) for metric in metrics for window in windows
+    }

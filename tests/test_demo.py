@@ -6,8 +6,10 @@ import importlib.util
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import urllib.request
 from datetime import UTC, datetime
 from pathlib import Path
 from types import ModuleType
@@ -27,6 +29,7 @@ from schemas.outputs import (
     Versions,
     WindowSpan,
 )
+from worker.broker import port_in_use
 from worker.config import TopicNames, WindowConfig
 from worker.demo.example_stream import STREAM, event_seconds, phases, retime
 from worker.demo.settings import DEFAULT_CONFIG, demo_settings
@@ -342,7 +345,8 @@ def test_demo_command_runs_to_the_final_scorecard() -> None:
     assert completed.returncode == 0, err + out
     assert "Traceback" not in err + out
     assert "done: every record accounted for" in err
-    summary = out.strip().splitlines()
+    card, steps = out.split("Next steps:", 1)
+    summary = card.strip().splitlines()
     text = " ".join(line.strip() for line in summary[-3:])
     assert "records 89, accounted 89" in text
     assert "safe: cases 20" in text
@@ -353,3 +357,40 @@ def test_demo_command_runs_to_the_final_scorecard() -> None:
     assert re.search(r"safety-drop\s*\|\s*all\s*\|\s*resolved \(fired 1x\)", out)
     assert re.search(r"safe-ci-gate\s*\|\s*all\s*\|\s*FIRING", out)
     assert "late 0" in out
+    for command in ("scorestream demo --follow", "/metrics", "scorestream gates", "results --gate"):
+        assert command in steps, command
+
+
+@pytest.mark.integration
+def test_demo_follow_names_its_addresses_and_a_hang_up_stops_the_broker_too() -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SCORESTREAM_")}
+    env.update(SCORESTREAM_METRICS_PORT="0", PYTHONUNBUFFERED="1")
+    demo = subprocess.Popen(
+        [sys.executable, "-m", "worker", "demo", "--follow", "--config", str(DEFAULT_CONFIG)],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        assert demo.stderr is not None
+        said = ""
+        while "Next steps" not in said or "latest firing" not in said:
+            line = demo.stderr.readline()
+            assert line, f"the demo ended early:\n{said}"
+            said += line
+        broker = re.findall(r"scorestream gates --broker kafka://127\.0\.0\.1:(\d+)", said)
+        metrics = re.findall(r"curl -s (http://127\.0\.0\.1:\d+/metrics)", said)
+        assert broker and metrics, said
+        assert port_in_use("127.0.0.1", int(broker[0]))
+        assert b"scorestream_cases_total" in urllib.request.urlopen(metrics[0], timeout=5).read()
+        os.killpg(demo.pid, signal.SIGHUP)  # the terminal was closed
+        demo.wait(60)
+    finally:
+        if demo.poll() is None:
+            os.killpg(demo.pid, signal.SIGKILL)
+            demo.wait(10)
+    assert demo.returncode == 0  # a --follow run ends when stopped
+    assert not port_in_use("127.0.0.1", int(broker[0])), "the embedded broker outlived the demo"

@@ -5,6 +5,7 @@ structure of the Prometheus Operator resources, which those schemas do not cover
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
@@ -32,13 +33,21 @@ def canonical(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
+LOCK = DEPLOY / "requirements.lock"
+_LOCK_ENTRY = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)((?:\s*\\\n\s+--hash=\S+)*)", re.M)
+
+
+def lock_entries() -> dict[str, tuple[str, list[str]]]:
+    """name -> (version, hashes) of every pin in the lock."""
+    text = LOCK.read_text(encoding="utf-8")
+    return {
+        canonical(name): (version, re.findall(r"--hash=(\S+)", hashes))
+        for name, version, hashes in _LOCK_ENTRY.findall(text)
+    }
+
+
 def lock_pins() -> dict[str, str]:
-    pins = {}
-    for line in (DEPLOY / "requirements.lock").read_text(encoding="utf-8").splitlines():
-        if line and not line.startswith("#"):
-            name, version = line.split("==")
-            pins[canonical(name)] = version
-    return pins
+    return {name: version for name, (version, _hashes) in lock_entries().items()}
 
 
 def test_dockerfile_runs_as_non_root_with_a_healthcheck_from_the_lock_file() -> None:
@@ -47,7 +56,10 @@ def test_dockerfile_runs_as_non_root_with_a_healthcheck_from_the_lock_file() -> 
     assert users and users[-1] not in ("root", "0")
     instructions = text.replace("\\\n", " ")  # join continued lines
     installs = re.findall(r"pip install[^\n]*", instructions)
-    assert any("-r deploy/requirements.lock" in step and "--no-deps" in step for step in installs)
+    assert any(
+        "-r deploy/requirements.lock" in step and "--no-deps" in step and "--require-hashes" in step
+        for step in installs
+    )
     assert all("--no-deps" in step for step in installs), "every install must be pinned"
     (healthcheck,) = re.findall(r"^HEALTHCHECK .*", instructions, flags=re.MULTILINE)
     assert "/healthz" in healthcheck
@@ -67,12 +79,82 @@ def test_the_lock_pins_every_runtime_dependency_within_its_range() -> None:
     assert pins["torch"].endswith("+cpu")
 
 
+def test_the_base_image_is_pinned_by_a_required_digest() -> None:
+    """`FROM image@digest`, the digest a build argument without a default (no registry
+    could be asked for it here), which compose requires from the environment."""
+    text = (DEPLOY / "Dockerfile").read_text(encoding="utf-8")
+    froms = re.findall(r"^FROM\s+(\S+)", text, flags=re.MULTILINE)
+    assert froms and all("@" in image for image in froms), froms
+    args = dict(
+        (match[0], match[1] or None)
+        for match in re.findall(r"^ARG\s+(\w+)(?:=(\S*))?", text, flags=re.MULTILINE)
+    )
+    for image in froms:
+        reference, digest = image.split("@")
+        assert digest == "${PYTHON_DIGEST}" or re.fullmatch(r"sha256:[0-9a-f]{64}", digest)
+        if digest == "${PYTHON_DIGEST}":
+            assert args["PYTHON_DIGEST"] is None  # no default: a build without it fails
+            assert args.get("PYTHON_IMAGE", reference).startswith("python:3.11-slim")
+    compose = yaml.safe_load((REPO / "docker-compose.yml").read_text(encoding="utf-8"))
+    for name, service in compose["services"].items():
+        if "build" in service:
+            passed = service["build"]["args"]["PYTHON_DIGEST"]
+            assert passed.startswith("${PYTHON_DIGEST:?"), name
+
+
+def test_every_lock_pin_carries_sha256_hashes() -> None:
+    entries = lock_entries()
+    body = [
+        line
+        for line in LOCK.read_text(encoding="utf-8").splitlines()
+        if line and not line.startswith(("#", " "))
+    ]
+    assert len(entries) == len(body) and len(entries) > 50  # every pin parsed
+    for name, (_version, hashes) in entries.items():
+        assert hashes, f"{name} has no hash"
+        assert all(re.fullmatch(r"sha256:[0-9a-f]{64}", item) for item in hashes), name
+    torch_wheels = sorted(Path("/opt/wheels").glob("torch-2.13.0+cpu-*.whl"))
+    if torch_wheels:  # the CPU wheel this machine installs: its hash is the lock's
+        digest = hashlib.sha256(torch_wheels[0].read_bytes()).hexdigest()
+        assert f"sha256:{digest}" in entries["torch"][1]
+
+
+def test_pip_installs_from_the_lock_only_with_matching_hashes(tmp_path: Path) -> None:
+    """pip's own hash check on two small pins: the lock's entries pass, and a wrong hash
+    fails the install."""
+    text = LOCK.read_text(encoding="utf-8")
+    entries = [m.group(0) for m in _LOCK_ENTRY.finditer(text) if m.group(1) in ("six", "idna")]
+    assert entries, "six or idna is no longer pinned: pick another small pin"
+    good = tmp_path / "good.txt"
+    good.write_text("\n".join(entries) + "\n", encoding="utf-8")
+    bad = tmp_path / "bad.txt"
+    bad.write_text(re.sub(r"sha256:[0-9a-f]{64}", "sha256:" + "0" * 64, good.read_text()))
+
+    def download(requirements: Path) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [
+                *(sys.executable, "-m", "pip", "download", "--no-deps", "--require-hashes"),
+                *("--only-binary", ":all:", "-d", str(tmp_path / requirements.stem)),
+                *("-r", str(requirements)),
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=300,
+        )
+
+    passed = download(good)
+    assert passed.returncode == 0, passed.stderr[-2000:]
+    failed = download(bad)
+    assert failed.returncode != 0 and "DO NOT MATCH THE HASHES" in failed.stderr
+
+
 def test_the_host_config_feeds_the_compose_stack_from_the_repository_root() -> None:
     local = load_settings(DEPLOY / "config.local.yaml", environ={})
     compose = yaml.safe_load((REPO / "docker-compose.yml").read_text(encoding="utf-8"))
     kafka = compose["services"]["kafka"]
     advertised = kafka["environment"]["KAFKA_ADVERTISED_LISTENERS"]
-    assert "EXTERNAL://localhost:9094" in advertised and "9094:9094" in kafka["ports"]
+    assert "EXTERNAL://localhost:9094" in advertised and "127.0.0.1:9094:9094" in kafka["ports"]
     assert local.broker == "kafka://localhost:9094"
     # Paths are relative to the repository root, where the README runs the command.
     assert local.alignment.personas_dir is not None
@@ -80,6 +162,9 @@ def test_the_host_config_feeds_the_compose_stack_from_the_repository_root() -> N
     assert all((REPO / path).is_file() for path in local.extraction.schemas.values())
     container = load_settings(DEPLOY / "config.yaml", environ={})
     assert local.gates == container.gates and local.windows == container.windows
+    # A worker on the host serves /metrics to the host only; in a container, to the
+    # container's network (compose publishes nothing of the worker).
+    assert local.metrics_host == "127.0.0.1" and container.metrics_host == "0.0.0.0"
 
 
 def test_license_is_mit() -> None:
@@ -136,6 +221,50 @@ def test_kubernetes_wiring_probes_config_and_scraping() -> None:
         configmap = docs["ConfigMap"]
         volumes = {volume["name"]: volume for volume in pod["spec"]["volumes"]}
         assert volumes["config"]["configMap"]["name"] == configmap["metadata"]["name"]
+
+
+def test_kubernetes_pods_are_hardened_and_fenced_by_a_network_policy() -> None:
+    docs = {doc["kind"]: doc for doc in kustomize_build()}
+    pod = docs["Deployment"]["spec"]["template"]
+    spec = pod["spec"]
+    assert spec["automountServiceAccountToken"] is False
+    assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    (container,) = spec["containers"]
+    assert container["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert container["securityContext"]["allowPrivilegeEscalation"] is False
+    policy = docs["NetworkPolicy"]
+    selected = policy["spec"]["podSelector"]["matchLabels"]
+    assert selected.items() <= pod["metadata"]["labels"].items()
+    assert set(policy["spec"]["policyTypes"]) == {"Ingress", "Egress"}
+    # In: the metrics port only, from Prometheus's namespace only.
+    container_ports = {port["name"]: port["containerPort"] for port in container["ports"]}
+    (rule,) = policy["spec"]["ingress"]
+    assert [port["port"] for port in rule["ports"]] == ["metrics"]
+    assert "metrics" in container_ports
+    assert rule["from"] and all("namespaceSelector" in peer for peer in rule["from"])
+    assert all("podSelector" not in peer and "ipBlock" not in peer for peer in rule["from"])
+    # Out: DNS, Kafka and HTTPS, no other port.
+    allowed = {
+        (port["protocol"], port["port"], port.get("endPort", port["port"]))
+        for egress in policy["spec"]["egress"]
+        for port in egress["ports"]
+    }
+    assert allowed == {("UDP", 53, 53), ("TCP", 53, 53), ("TCP", 9092, 9094), ("TCP", 443, 443)}
+
+
+def test_compose_publishes_on_loopback_only_and_grafana_has_no_default_password() -> None:
+    compose = yaml.safe_load((REPO / "docker-compose.yml").read_text(encoding="utf-8"))
+    published = {name: service.get("ports", []) for name, service in compose["services"].items()}
+    assert published["kafka"] and published["alertmanager"] and published["grafana"]
+    for name, ports in published.items():
+        for port in ports:
+            assert str(port).startswith("127.0.0.1:"), f"{name} publishes {port} on every interface"
+    grafana = compose["services"]["grafana"]["environment"]
+    password = grafana["GF_SECURITY_ADMIN_PASSWORD"]
+    # ${VAR:?message}: compose refuses to start when the variable is unset or empty.
+    assert re.fullmatch(r"\$\{GRAFANA_ADMIN_PASSWORD:\?[^}]+\}", password), password
+    assert grafana.get("GF_AUTH_ANONYMOUS_ORG_ROLE", "Viewer") == "Viewer"
+    assert str(grafana.get("GF_USERS_ALLOW_SIGN_UP", "true")).lower() == "false"
 
 
 def test_kubernetes_config_loads_and_matches_the_compose_gates(tmp_path: Path) -> None:

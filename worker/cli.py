@@ -69,6 +69,12 @@ def build_parser() -> argparse.ArgumentParser:
     produce.add_argument("file", metavar="FILE")
     produce.add_argument("--topic", help="topic (default: the input topic)")
     produce.add_argument("--rate", type=float, help="records per second (default: as fast)")
+    produce.add_argument(
+        "--retime",
+        action="store_true",
+        help="shift every ts by the same amount so that the file ends now (history counts "
+        "into its windows when produced before the worker starts)",
+    )
     _kafka_options(produce)
 
     topics = commands.add_parser("topics", help="provision or show the catalog's topics")
@@ -94,6 +100,18 @@ def build_parser() -> argparse.ArgumentParser:
     results.add_argument("--format", default="console", choices=["console", "json"])
     _kafka_options(results)
 
+    broker = commands.add_parser(
+        "broker",
+        help="run the embedded broker in the foreground (local streaming without Docker)",
+        description="Run the embedded Kafka-compatible broker (Tansu, in memory) until "
+        "Ctrl-C, and print the settings a worker needs on it.",
+    )
+    broker.add_argument(
+        "--port", type=int, help="TCP port (default: the port of --broker / config, else 9092)"
+    )
+    broker.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    _kafka_options(broker)
+
     compare = commands.add_parser("compare", help="regression report of two JSON reports")
     compare.add_argument("baseline", metavar="BASELINE")
     compare.add_argument("candidate", metavar="CANDIDATE")
@@ -110,6 +128,7 @@ HANDLERS = {
     "topics": "worker.commands.stream",
     "demo": "worker.commands.demo",
     "results": "worker.commands.results",
+    "broker": "worker.commands.broker",
 }
 
 

@@ -13,12 +13,15 @@ from __future__ import annotations
 
 import json
 import os
+import types
+import typing
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
 from pydantic import (
+    BaseModel,
     Field,
     SecretStr,
     ValidationError,
@@ -280,6 +283,9 @@ class CoreSettings(BaseSettings):
     idle_timeout: Duration = 10.0
     max_future_skew: Duration = 300.0
     metrics_port: int = Field(default=9108, ge=0, le=65535)
+    # Address of /metrics, /healthz and /readyz: every interface by default (a container's
+    # port is reached from outside it); 127.0.0.1 keeps them on the machine.
+    metrics_host: str = Field(default="0.0.0.0", pattern=r"^[A-Za-z0-9.:-]+$")
     log_format: Literal["text", "json"] = "text"
     max_record_bytes: int = Field(default=1024 * 1024, ge=1)
     dlq_max_raw_bytes: int = Field(default=64 * 1024, ge=1)
@@ -440,7 +446,10 @@ def load_settings(
 
 
 def _env_values(env: dict[str, str]) -> dict[str, Any]:
-    """`SCORESTREAM_A__B=v` as nested {a: {b: v}} (YAML-decoded scalars and lists)."""
+    """`SCORESTREAM_A__B=v` as nested {a: {b: v}}. A value for a text setting (a string,
+    a secret, a path) is taken as it is, so that a password such as `pass #word`, `yes`
+    or `[x]` stays exactly that; any other value is YAML-decoded (numbers, booleans,
+    lists), so `SCORESTREAM_SEGMENT_BY='[model, tenant]'` is a list."""
     values: dict[str, Any] = {}
     for name, raw in env.items():
         if not name.startswith("SCORESTREAM_"):
@@ -448,12 +457,56 @@ def _env_values(env: dict[str, str]) -> dict[str, Any]:
         path = tuple(part.lower() for part in name[len("SCORESTREAM_") :].split("__"))
         if path[0] not in Settings.model_fields:
             continue  # SCORESTREAM_CONFIG, judge API keys and other non-setting variables
-        try:
-            value = yaml.safe_load(raw) if raw.strip() else raw
-        except yaml.YAMLError:
-            value = raw
+        value: Any = raw
+        if raw.strip() and not _is_text_setting(path):
+            try:
+                value = yaml.safe_load(raw)
+            except yaml.YAMLError:
+                value = raw
         _set_path(values, path, value)
     return values
+
+
+_TEXT_TYPES = (str, SecretStr, Path)
+
+
+def _is_text_setting(path: tuple[str, ...]) -> bool:
+    """Whether the setting at `path` (section keys, then the field) holds text only."""
+    annotation: Any = Settings
+    keys = list(path)
+    while keys:
+        model = _model_in(annotation)
+        if model is not None:
+            key = keys.pop(0)
+            field = model.model_fields.get(key) or next(
+                (f for f in model.model_fields.values() if f.alias == key), None
+            )
+            if field is None:
+                return False
+            annotation = field.annotation
+        elif typing.get_origin(annotation) is dict:
+            keys.pop(0)  # a key of a mapping setting such as extraction.schemas
+            annotation = typing.get_args(annotation)[1]
+        else:
+            return False  # a path below a scalar or a list
+    members = [arg for arg in _union_members(annotation) if arg is not type(None)]
+    return bool(members) and all(
+        isinstance(arg, type) and issubclass(arg, _TEXT_TYPES) for arg in members
+    )
+
+
+def _union_members(annotation: Any) -> tuple[Any, ...]:
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        return typing.get_args(annotation)
+    return (annotation,)
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    """The settings model `annotation` is (or holds as its one non-None member)."""
+    for arg in _union_members(annotation):
+        if isinstance(arg, type) and issubclass(arg, BaseModel):
+            return arg
+    return None
 
 
 __all__ = [

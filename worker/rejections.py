@@ -21,6 +21,23 @@ OUTPUT_TOO_LARGE = "output_too_large"
 POISON_PILL = "poison_pill"
 SCORING_TIMEOUT = "scoring_timeout"  # scoring passed limits.scoring_deadline
 
+# Every reason, so that metrics can export each at 0 before the first dead letter.
+REASONS = (
+    OVERSIZED,
+    NOT_UTF8,
+    INVALID_JSON,
+    INVALID_RECORD,
+    UNKNOWN_SUITE,
+    UNKNOWN_PERSONA,
+    UNKNOWN_SCHEMA,
+    SCORING_ERROR,
+    INVALID_TIMESTAMP,
+    FIELD_TOO_LARGE,
+    OUTPUT_TOO_LARGE,
+    POISON_PILL,
+    SCORING_TIMEOUT,
+)
+
 
 class Rejected(Exception):
     """An input record that cannot be scored, with the dead-letter reason."""

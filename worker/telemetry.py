@@ -18,11 +18,10 @@ import threading
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import partial
-from socketserver import ThreadingMixIn
-from typing import Any
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+from typing import Any, get_args
 
 import orjson
+import waitress
 from prometheus_client import (
     CollectorRegistry,
     Counter,
@@ -32,9 +31,11 @@ from prometheus_client import (
     make_wsgi_app,
 )
 
-from schemas.outputs import Aggregate, CaseResult, GateEvent
+from schemas.outputs import Aggregate, CaseResult, GateEvent, Label
 from worker.config import Settings
+from worker.rejections import REASONS
 from worker.suites import registry
+from worker.suites.alignment.judge_verdict import JUDGE_ERROR_REASONS
 from worker.unknown_fields import DETAIL_KEY as UNKNOWN_FIELDS_DETAIL
 
 OTHER = "other"
@@ -46,6 +47,15 @@ SCORE_BUCKETS = tuple(round(tenth / 10, 1) for tenth in range(1, 11))
 SCORING_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 LATENCY_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+
+# The metrics server (`MetricsServer`). The address is `metrics_host` (`DEFAULT_METRICS_HOST`:
+# every interface, for containers; 127.0.0.1 for a laptop).
+DEFAULT_METRICS_HOST = "0.0.0.0"
+METRICS_THREADS = 2  # threads answering requests, whatever the number of connections
+METRICS_CONNECTION_LIMIT = 500  # open connections; past it new ones wait in the backlog
+METRICS_IDLE_TIMEOUT = 10  # seconds a connection may stay idle (or stalled mid-request)
+METRICS_CLEANUP_INTERVAL = 1  # seconds between checks for idle connections
+METRICS_MAX_HEADER_BYTES = 16 * 1024  # request headers (and bodies, which none needs)
 
 _FIXED_LABELS = frozenset({"suite", "metric", "stat", "window", "gate", "le", "quantile"})
 _INVALID_LABEL_CHARS = re.compile(r"[^a-zA-Z0-9_]")
@@ -119,7 +129,7 @@ class Telemetry:
         self.segment_labels = segment_label_names(self.segment_by)
         self.guard = LabelGuard(max_label_values, max_label_length)
         self._children: dict[tuple[int, str, str], Any] = {}  # see `_series`
-        self._servers: list[WSGIServer] = []
+        self._servers: list[MetricsServer] = []
         self._newest_window: dict[tuple[str, ...], float] = {}
         self._readiness: Callable[[], bool] | None = None
         self._connected: bool | None = None
@@ -190,11 +200,44 @@ class Telemetry:
             "Records for windows already closed (scored, not aggregated).",
             ["suite"],
         )
+        self.judge_errors = counter(
+            "scorestream_judge_errors_total",
+            "Unusable safety-judge verdicts (failed, oversized or invalid answers), by reason.",
+            ["reason"],
+        )
+        for reason in JUDGE_ERROR_REASONS:  # every reason exported from the start, at 0
+            self.judge_errors.labels(reason)
+        self.windows_opened = counter(
+            "scorestream_windows_opened_total",
+            "Windows (per suite, segment and window configuration) that got their first "
+            "cases; each gets one final aggregate when it closes.",
+            ["suite", "window"],
+        )
+        self.window_finals = counter(
+            "scorestream_window_finals_total",
+            "Final aggregates published; over the group it keeps up with "
+            "scorestream_windows_opened_total (a gap that stays open is a lost final).",
+            ["suite", "window"],
+        )
         self.unknown_fields = counter(
             "scorestream_unknown_fields_total",
             "Payload fields no scorer reads (misspelt or unsupported), by suite.",
             ["suite"],
         )
+        self._start_at_zero()
+
+    def _start_at_zero(self) -> None:
+        """Export each suite's result series at 0 before the first result: a series that
+        appears with its first value is no increase to `rate()`, so a short burst (the
+        demo, a small file) showed every rate and latency panel as 0 or NaN."""
+        for spec in registry.specs():
+            labels = get_args(Label) if spec.metric("pass_rate") else (NO_LABEL,)
+            for label in labels:
+                self._series(self.cases, "label", spec.name, label)
+            self._series(self.scoring_duration, "", spec.name)
+            self._series(self.end_to_end_latency, "", spec.name)
+        for reason in REASONS:
+            self.dead_letters.labels(self.guard("reason", reason))
 
     @classmethod
     def from_settings(cls, settings: Settings, max_label_values: int = 50) -> Telemetry:
@@ -267,8 +310,22 @@ class Telemetry:
         if count > 0:
             self.unknown_fields.labels(self.guard("suite", suite)).inc(count)
 
+    def record_judge_error(self, reason: str) -> None:
+        """Count one unusable safety-judge verdict."""
+        self.judge_errors.labels(self.guard("reason", reason)).inc()
+
     def record_late(self, suite: str, count: int = 1) -> None:
         self.late_records.labels(self.guard("suite", suite)).inc(count)
+
+    def record_windows_opened(self, opened: Mapping[tuple[str, str], int]) -> None:
+        """Count windows opened, by (suite, window name)."""
+        for (suite, window), count in opened.items():
+            labels = (self.guard("suite", suite), self.guard("window", window))
+            self.windows_opened.labels(*labels).inc(count)
+
+    def record_final(self, suite: str, window: str) -> None:
+        """Count one final aggregate published."""
+        self.window_finals.labels(self.guard("suite", suite), self.guard("window", window)).inc()
 
     def record_embedding_batch(self, size: int) -> None:
         self.embedding_batch_size.observe(size)
@@ -360,21 +417,20 @@ class Telemetry:
         """The registry in the Prometheus text exposition format."""
         return generate_latest(self.registry)
 
-    def serve(self, port: int, host: str = "0.0.0.0") -> tuple[WSGIServer, int]:
-        """Serve `/metrics`, `/healthz` and `/readyz` on a daemon thread; `port=0` picks a
-        free port.
+    def serve(self, port: int, host: str = DEFAULT_METRICS_HOST) -> tuple[MetricsServer, int]:
+        """Serve `/metrics`, `/healthz` and `/readyz` on `host`:`port` from a background
+        thread; `port=0` picks a free port.
 
         `/healthz` is 200 while the process serves HTTP; `/readyz` is 200 or 503 with the
-        JSON of `readiness()`. Returns the server and the port actually bound. `stop()`
-        shuts it down.
+        JSON of `readiness()`. The server is bounded (see `MetricsServer`): connections
+        are read by one event loop, answered by `METRICS_THREADS` threads, at most
+        `METRICS_CONNECTION_LIMIT` are open, and one idle for `METRICS_IDLE_TIMEOUT`
+        seconds (a client that stops mid-request included) is closed. Returns the server
+        and the port actually bound. `stop()` shuts it down.
         """
-        server = make_server(
-            host, port, self.wsgi_app(), _ThreadingServer, handler_class=_QuietHandler
-        )
-        thread = threading.Thread(target=server.serve_forever, name="metrics", daemon=True)
-        thread.start()
+        server = MetricsServer(self.wsgi_app(), host, port)
         self._servers.append(server)
-        return server, int(server.server_port)
+        return server, server.port
 
     def wsgi_app(self) -> Callable[..., Iterable[bytes]]:
         """The WSGI application behind `serve`."""
@@ -395,9 +451,7 @@ class Telemetry:
     def stop(self) -> None:
         """Shut down every server `serve` started."""
         while self._servers:
-            server = self._servers.pop()
-            server.shutdown()
-            server.server_close()
+            self._servers.pop().stop()
 
 
 def scorestream_version() -> str:
@@ -426,13 +480,56 @@ def _reply(start_response: Callable[..., Any], status: str, body: bytes) -> list
     return [body]
 
 
-class _ThreadingServer(ThreadingMixIn, WSGIServer):
-    daemon_threads = True
+class MetricsServer:
+    """A bounded HTTP server for the metrics endpoints, on waitress.
+
+    The former server (wsgiref with a thread per connection and no timeout) grew a
+    thread for every idle socket. Waitress reads requests on one asyncore loop and hands
+    only complete requests to a fixed pool of threads, so idle or slow connections cost
+    a socket, not a thread; it stops accepting past its connection limit and closes
+    connections idle past the timeout (checked every `METRICS_CLEANUP_INTERVAL` s)."""
+
+    def __init__(
+        self,
+        app: Callable[..., Iterable[bytes]],
+        host: str,
+        port: int,
+        *,
+        threads: int = METRICS_THREADS,
+        connection_limit: int = METRICS_CONNECTION_LIMIT,
+        idle_timeout: int = METRICS_IDLE_TIMEOUT,
+    ) -> None:
+        self._map: dict[int, Any] = {}
+        self._server: Any = waitress.create_server(
+            app,
+            map=self._map,
+            host=host,
+            port=port,
+            threads=threads,
+            connection_limit=connection_limit,
+            channel_timeout=idle_timeout,
+            cleanup_interval=METRICS_CLEANUP_INTERVAL,
+            max_request_header_size=METRICS_MAX_HEADER_BYTES,
+            max_request_body_size=METRICS_MAX_HEADER_BYTES,
+            asyncore_loop_timeout=1,
+            ident="scorestream",
+            expose_tracebacks=False,
+        )
+        self.port = int(self._server.effective_port)
+        self.host = str(self._server.effective_host)
+        self._thread = threading.Thread(target=self._server.run, name="metrics", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Close every connection and the listening socket, and end the threads."""
+
+        def close_all() -> None:  # runs on the server's loop thread
+            for dispatcher in list(self._map.values()):
+                dispatcher.close()
+
+        self._server.task_dispatcher.shutdown(cancel_pending=True, timeout=timeout)
+        self._server.trigger.pull_trigger(close_all)
+        self._thread.join(timeout)
 
 
-class _QuietHandler(WSGIRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:
-        """No access log on stderr."""
-
-
-__all__ = ["LabelGuard", "Telemetry", "scorestream_version", "segment_label_names"]
+__all__ = ["LabelGuard", "MetricsServer", "Telemetry", "scorestream_version", "segment_label_names"]

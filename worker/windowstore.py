@@ -14,20 +14,32 @@ tables in production, dicts in tests), one stage partition at a time.
   stage (`worker.pane_folds`): one merge per pane and configuration instead of one update
   per case. A fold's panes lie inside one pane of every configuration, so lateness is
   decided per folded pane as for a case.
-- **Dedupe.** Contributions from one input partition reach a series (suite, segment,
-  configuration) in offset order, so a series keeps the highest input offset counted per
-  input partition: anything at or below it is a replay. A fold raises it to the highest
+- **Dedupe.** Contributions from one input partition reach a pane in offset order, so a
+  pane keeps, written with it, the highest input offset it counted per input partition:
+  anything at or below it is a replay, and a flush cut short between a pane and its
+  series neither loses a case nor counts one twice. A fold raises it to the highest
   offset it covers; a fold all of whose offsets are at or below it is one read again and
-  is skipped whole (folds never overlap earlier contributions, see `ScoreStage`).
+  is skipped (folds never overlap earlier contributions, see `ScoreStage`). The series
+  keeps the same marks for the panes already closed and deleted, so a replay of those is
+  not mistaken for a late record.
   Sessions (no input offset) are deduplicated by id inside their pane.
 - **Emission.** `advance` takes a watermark marker and returns, oldest end first, the final
   aggregates of the windows it closed (each once: a series remembers how far it closed),
   then drops the panes no open window needs. `pending` returns interim aggregates of the
   newest window holding each pane that changed (the window dashboards follow; a hopping
   pane's older windows are published once, final, when they close).
-- **Write-back.** Changes stay in memory until `flush(partition)` writes each changed key
-  once (latest value), so a micro-batch costs one changelog record per pane and series it
-  touched, not one per result. Call it before the batch is acknowledged.
+- **Write-back.** Every change (panes, series, the partition's watermark, the deletion of
+  closed panes) stays in memory until `flush(partition)` writes each changed key once
+  (latest value), so a micro-batch costs one changelog record per pane and series it
+  touched, not one per result. Call it after the batch's final aggregates are delivered
+  and before the batch is acknowledged: a batch that is interrupted (a worker stopping,
+  a rebalance, a crash) leaves the tables as they were, and whoever processes it again
+  closes the same windows with the same panes.
+- **Closing is decided from state.** A window is due when the watermark has passed its
+  `end + grace` and its series has not closed through it. After a restore the first
+  marker checks every series, whether or not it moves the watermark, so a watermark
+  that reached the changelog without its closes (their writes are in other changelog
+  partitions) still closes them.
 
 Mapping layout (`windows`): `pane|{suite}|{segment}|{config}|{pane start}` ->
 `{"state": aggregation state of the pane, "partition": p}`;
@@ -112,6 +124,10 @@ class WindowStore:
         self._watermarks: dict[int, Watermark] = {}
         self._series: dict[int, dict[str, set[float]]] = {}  # series key -> pane starts
         self._pending: dict[str, Any] = {}  # changed since the last flush
+        self._deleted: dict[str, int] = {}  # keys to delete at the flush -> partition
+        self._progress_pending: dict[int, Any] = {}  # watermarks to write at the flush
+        self._checked: set[int] = set()  # partitions whose closes were checked since restore
+        self._opened: dict[tuple[str, str], int] = {}  # (suite, window name) -> windows
         self._dirty_panes: set[str] = set()  # changed since the last interim emission
 
     # ---------------------------------------------------------------- progress
@@ -135,6 +151,9 @@ class WindowStore:
         self._watermarks.clear()
         self._series.clear()
         self._pending.clear()
+        self._deleted.clear()
+        self._progress_pending.clear()
+        self._checked.clear()
         self._dirty_panes.clear()
 
     # ---------------------------------------------------------------- admission
@@ -144,6 +163,8 @@ class WindowStore:
         event_time = result.ts.timestamp()
         segkey = aggregation.segment_key(segment)
         aggregator = self.aggregators.get(result.suite)
+        source = _source_key(result)
+        offset = result.source.offset if result.source is not None else -1
         counted = 0
         late = replay = False
         watermark = self.watermark(partition).value()
@@ -151,20 +172,27 @@ class WindowStore:
         for name, config in self.configs.items():
             series_key = f"{SERIES}{result.suite}|{segkey}|{name}"
             series = self._series_state(series_key, partition, result.suite, segment, config)
-            if _is_replay(series, result):
-                replay = True
-                continue
             oldest_end, newest_end = window_ends(event_time, config)
-            _remember(series, result)
-            self._pending[series_key] = series
-            if watermark is not None and watermark >= oldest_end + self.grace:
-                late = True  # at least one of its windows is closed
-                if watermark >= newest_end + self.grace:
-                    continue  # all of them
+            closed_some = watermark is not None and watermark >= oldest_end + self.grace
+            if closed_some and _passed(watermark, newest_end + self.grace):  # all its windows
+                if _taken(series["high_water"], source, offset):
+                    replay = True
+                else:
+                    late = True
+                    _remember(series["high_water"], source, offset)
+                    self._pending[series_key] = series
+                continue
             step = _step(config)
             pane_start = pane_start_of(event_time, step)
             pane_key = f"{PANE}{result.suite}|{segkey}|{name}|{pane_start!r}"
             stored = self._get(pane_key)
+            marks = _pane_marks(stored, series["high_water"])
+            if _taken(marks, source, offset):
+                replay = True
+                continue
+            late = late or closed_some  # at least one of its windows is closed
+            _remember(series["high_water"], source, offset)
+            self._pending[series_key] = series
             state = (
                 stored["state"]
                 if stored
@@ -177,7 +205,9 @@ class WindowStore:
             )
             state, applied = aggregation.update(state, result, aggregator, scored)
             if applied:
-                self._pending[pane_key] = {"state": state, "partition": partition}
+                marks = dict(marks)
+                _remember(marks, source, offset)
+                self._put(pane_key, {"state": state, "partition": partition, "marks": marks})
                 self._index(partition).setdefault(series_key, set()).add(pane_start)
                 self._dirty_panes.add(pane_key)
                 counted += 1
@@ -191,8 +221,8 @@ class WindowStore:
         self, partition: int, fold: Mapping[str, Any], segment: Mapping[str, str]
     ) -> Admission:
         """Merge a micro-batch's folded panes (`worker.pane_folds`) for `segment` into
-        each window configuration; a fold every offset of which the series has already
-        taken is one read again after a restart and changes nothing."""
+        each window configuration; a pane that has already taken every offset of the fold
+        (read again after a restart) does not take it twice."""
         suite = str(fold["suite"])
         span: Mapping[str, int] = fold["span"]
         segkey = aggregation.segment_key(segment)
@@ -204,26 +234,31 @@ class WindowStore:
         for name, config in self.configs.items():
             series_key = f"{SERIES}{suite}|{segkey}|{name}"
             series = self._series_state(series_key, partition, suite, segment, config)
-            marks = series["high_water"]
-            if span and all(marks.get(source, -1) >= last for source, last in span.items()):
-                replay = True
-                continue
-            for source, last in span.items():
-                marks[source] = max(marks.get(source, -1), last)
-            self._pending[series_key] = series
+            series_marks = dict(series["high_water"])  # as before this fold
             step = _step(config)
+            taken: dict[float, bool] = {}  # target pane -> this fold counted in it before
             for pane in fold["panes"]:
                 start = pane_folds.start_of(pane)
                 oldest_end, newest_end = window_ends(start, config)
-                if watermark is not None and watermark >= oldest_end + self.grace:
-                    late_panes.add(start)  # at least one of its windows is closed
-                    if watermark >= newest_end + self.grace:
-                        continue  # all of them
+                closed_some = watermark is not None and watermark >= oldest_end + self.grace
+                if closed_some and _passed(watermark, newest_end + self.grace):  # all of them
+                    if _covers(series_marks, span):
+                        replay = True
+                    else:
+                        late_panes.add(start)
+                    continue
                 target = pane_start_of(start, step)
                 pane_key = f"{PANE}{suite}|{segkey}|{name}|{target!r}"
+                stored = self._get(pane_key)
+                if target not in taken:
+                    taken[target] = _covers(_pane_marks(stored, series_marks), span)
+                if taken[target]:
+                    replay = True
+                    continue
+                if closed_some:
+                    late_panes.add(start)  # at least one of its windows is closed
                 piece = copy.copy(pane)
                 piece["window"] = [step, None, target]
-                stored = self._get(pane_key)
                 if stored is None:
                     empty = aggregation.initialise(
                         suite, segment, WindowKey(step, None, target), self.reservoir_size
@@ -231,10 +266,17 @@ class WindowStore:
                     state = aggregation.merge(empty, piece, aggregator)
                 else:  # the store's own state (the changelog has its serialised value)
                     state = aggregation.merge_into(stored["state"], piece, aggregator)
-                self._pending[pane_key] = {"state": state, "partition": partition}
+                marks = dict(_pane_marks(stored, series_marks))
+                for source, last in span.items():
+                    _remember(marks, source, last)
+                self._put(pane_key, {"state": state, "partition": partition, "marks": marks})
                 self._index(partition).setdefault(series_key, set()).add(target)
                 self._dirty_panes.add(pane_key)
                 counted += 1
+            if not _covers(series_marks, span):
+                for source, last in span.items():
+                    _remember(series["high_water"], source, last)
+                self._pending[series_key] = series
         if replay and not counted:
             return Admission(replay=True)
         late_cases = sum(
@@ -245,15 +287,22 @@ class WindowStore:
     # ---------------------------------------------------------------- emission
 
     def advance(self, partition: int, marker: Marker) -> list[Emission]:
-        """Apply a watermark marker; the windows it closes, as final emissions."""
+        """Apply a watermark marker; the windows now due, as final emissions (those it
+        closes, and after a restore any the restored watermark had already passed)."""
         watermark = self.watermark(partition)
         before = watermark.to_json()
         moved = watermark.observe(marker)
         if watermark.to_json() != before:
-            self.progress[_progress_key(partition)] = watermark.to_json()
+            self._progress_pending[partition] = watermark.to_json()
         current = watermark.value()
-        if not moved or current is None:
+        if current is None or (not moved and partition in self._checked):
             return []
+        if partition not in self._checked:
+            # The first close since a restore reads the series from the tables again: an
+            # index read while the table was still being recovered (a timer runs during a
+            # rebalance) would miss series, and their windows would never close.
+            self._series.pop(partition, None)
+            self._checked.add(partition)
         return self._close_due(partition, current)
 
     def pending(self, partition: int) -> list[Emission]:
@@ -322,6 +371,7 @@ class WindowStore:
                 closing.append((window.end, key, series_key, config, start))
             boundary = math.floor((watermark - self.grace) / step) * step
             if closed_through is None or boundary > closed_through:
+                series = self._own(series_key, series)
                 series["closed_through"] = boundary
                 self._pending[series_key] = series
         closing.sort(key=lambda item: (item[0], item[1]))
@@ -343,7 +393,7 @@ class WindowStore:
             for pane_start in sorted(starts):
                 if pane_start + float(config.size) > closed_through:
                     break
-                self._delete(_pane_key(series_key, pane_start))
+                self._delete(_pane_key(series_key, pane_start), partition)
                 starts.discard(pane_start)
 
     def _emission(
@@ -358,42 +408,103 @@ class WindowStore:
         merged = aggregation.initialise(
             series["suite"], series["segment"], window, self.reservoir_size
         )
-        pane_start = start
-        while pane_start < window.end - step / 2:
+        for pane_start in _pane_starts(start, window.end, step):
             stored = self._get(_pane_key(series_key, pane_start))
             if stored is not None:
                 pane = copy.copy(stored["state"])
                 pane["window"] = merged["window"]
                 merged = aggregation.merge_into(merged, pane, aggregator)
-            pane_start += step
         return Emission(key, merged, final)
 
     # ---------------------------------------------------------------- write-back
 
     def flush(self, partition: int | None = None) -> int:
-        """Write the changed keys (of `partition`, or all) to the mapping; how many."""
+        """Write the changes (of `partition`, or all) to the mappings; how many.
+
+        Order: panes and series first, then the watermark, then the deletion of closed
+        panes, so a flush cut short leaves no pane deleted whose series does not record
+        its window as closed."""
         written = 0
+        created: list[str] = []
         for key, value in list(self._pending.items()):
             if partition is not None and value.get("partition") != partition:
                 continue
+            if key.startswith(PANE) and key not in self.windows:
+                created.append(key)
             self.windows[key] = value
             del self._pending[key]
             written += 1
+        self._count_opened(created)
+        for owner, value in list(self._progress_pending.items()):
+            if partition is not None and owner != partition:
+                continue
+            self.progress[_progress_key(owner)] = value
+            del self._progress_pending[owner]
+            written += 1
+        for key, owner in list(self._deleted.items()):
+            if partition is not None and owner != partition:
+                continue
+            if key in self.windows:
+                del self.windows[key]
+            del self._deleted[key]
+            written += 1
         return written
+
+    def take_opened(self) -> dict[tuple[str, str], int]:
+        """Windows that got their first pane in the tables since the last call, by
+        (suite, window name): each should get one final aggregate when it closes."""
+        opened, self._opened = self._opened, {}
+        return opened
+
+    def _count_opened(self, created: list[str]) -> None:
+        """Count the windows none of whose panes was in the tables before `created`."""
+        fresh = set(created)
+        windows: set[tuple[str, float]] = set()
+        for key in created:
+            series_key, _, start = key[len(PANE) :].rpartition("|")
+            series = self._get(SERIES + series_key)
+            config = self.configs.get(series["config_name"]) if series else None
+            if config is None:
+                continue
+            step = _step(config)
+            partition = int(series["partition"])
+            for window in windows_for(float(start), config):
+                if (series_key, window.start) in windows or self.is_closed(partition, window):
+                    continue
+                panes = _pane_starts(window.start, window.end, step)
+                if any(
+                    (k := f"{PANE}{series_key}|{p!r}") in self.windows and k not in fresh
+                    for p in panes
+                ):
+                    continue
+                windows.add((series_key, window.start))
+                name = (str(series["suite"]), config.name)
+                self._opened[name] = self._opened.get(name, 0) + 1
 
     def pending_partitions(self) -> set[int]:
         """Partitions with changes not flushed yet."""
-        return {int(value["partition"]) for value in self._pending.values()}
+        return (
+            {int(value["partition"]) for value in self._pending.values()}
+            | set(self._progress_pending)
+            | set(self._deleted.values())
+        )
 
     def _get(self, key: str) -> Any:
         value = self._pending.get(key)
-        return value if value is not None else self.windows.get(key)
+        if value is not None:
+            return value
+        if key in self._deleted:
+            return None
+        return self.windows.get(key)
 
-    def _delete(self, key: str) -> None:
+    def _put(self, key: str, value: Any) -> None:
+        self._deleted.pop(key, None)
+        self._pending[key] = value
+
+    def _delete(self, key: str, partition: int) -> None:
         self._pending.pop(key, None)
         self._dirty_panes.discard(key)
-        if key in self.windows:
-            del self.windows[key]
+        self._deleted[key] = partition
 
     # ---------------------------------------------------------------- series
 
@@ -406,27 +517,36 @@ class WindowStore:
         config: WindowConfig,
     ) -> dict[str, Any]:
         series = self._get(series_key)
-        if series is None:
-            series = {
-                "partition": partition,
-                "suite": suite,
-                "segment": dict(segment),
-                "config_name": config.name,
-                "closed_through": None,
-                "high_water": {},
-            }
-            self._index(partition).setdefault(series_key, set())
-        return series
+        if series is not None:
+            return self._own(series_key, series)
+        self._index(partition).setdefault(series_key, set())
+        return {
+            "partition": partition,
+            "suite": suite,
+            "segment": dict(segment),
+            "config_name": config.name,
+            "closed_through": None,
+            "high_water": {},
+        }
+
+    def _own(self, series_key: str, series: dict[str, Any]) -> dict[str, Any]:
+        """The series to change in this batch: a copy of the table's value (changed in
+        place it would differ from its changelog until the flush)."""
+        if self._pending.get(series_key) is series:
+            return series
+        return {**series, "high_water": dict(series["high_water"])}
 
     def _aggregate_key(self, series: Mapping[str, Any], window: WindowKey) -> str:
         return aggregation.aggregate_key(series["suite"], series["segment"], window)
 
     def _index(self, partition: int) -> dict[str, set[float]]:
-        """Series of the partition and their pane starts, read from the mapping once."""
+        """Series of the partition and their pane starts, read from the mapping (and the
+        changes not flushed yet) once."""
         index = self._series.get(partition)
         if index is None:
             index = {}
-            for key, value in list(self.windows.items()):
+            stored = [(k, v) for k, v in list(self.windows.items()) if k not in self._deleted]
+            for key, value in [*stored, *self._pending.items()]:
                 if not isinstance(value, dict) or value.get("partition") != partition:
                     continue
                 if key.startswith(SERIES):
@@ -442,6 +562,16 @@ def _pane_key(series_key: str, pane_start: float) -> str:
     return f"{PANE}{series_key[len(SERIES) :]}|{pane_start!r}"
 
 
+def _pane_starts(start: float, end: float, step: float) -> list[float]:
+    """Starts of the step-sized panes of the window [start, end)."""
+    starts = []
+    pane = start
+    while pane < end - step / 2:
+        starts.append(pane)
+        pane += step
+    return starts
+
+
 def _progress_key(partition: int) -> str:
     return f"agg|{partition}"
 
@@ -452,21 +582,36 @@ def _source_key(result: CaseResult) -> str | None:
     return f"{result.source.topic}:{result.source.partition}"
 
 
-def _is_replay(series: Mapping[str, Any], result: CaseResult) -> bool:
-    """An input record this series already took (offsets arrive in order per partition)."""
-    source = _source_key(result)
+def _passed(watermark: float | None, moment: float) -> bool:
+    return watermark is not None and watermark >= moment
+
+
+def _taken(marks: Mapping[str, int], source: str | None, offset: int) -> bool:
+    """Whether the input record at `offset` of `source` is at or below `marks` (already
+    counted: offsets reach a pane and a series in order per input partition)."""
     if source is None:
         return False
-    assert result.source is not None
-    mark = series["high_water"].get(source)
-    return mark is not None and result.source.offset <= mark
+    mark = marks.get(source)
+    return mark is not None and offset <= mark
 
 
-def _remember(series: dict[str, Any], result: CaseResult) -> None:
-    source = _source_key(result)
+def _covers(marks: Mapping[str, int], span: Mapping[str, int]) -> bool:
+    """Whether `marks` has taken every offset of a fold's `span`."""
+    return bool(span) and all(marks.get(source, -1) >= last for source, last in span.items())
+
+
+def _pane_marks(stored: Mapping[str, Any] | None, series_marks: Mapping[str, int]) -> Any:
+    """The input offsets a pane has counted: its own (written with it, so a flush cut
+    short between a pane and its series counts nothing twice and loses nothing); a pane
+    written before panes kept them falls back on its series'."""
+    if stored is None:
+        return {}
+    return stored.get("marks", series_marks)
+
+
+def _remember(marks: dict[str, int], source: str | None, offset: int) -> None:
     if source is not None:
-        assert result.source is not None
-        series["high_water"][source] = result.source.offset
+        marks[source] = max(marks.get(source, -1), offset)
 
 
 __all__ = ["Admission", "Emission", "WindowStore"]

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import orjson
 from aiokafka import AIOKafkaProducer
 
 from topics.catalog import record_key, topic_names
@@ -20,6 +21,7 @@ from worker.connection import BrokerUnavailable, within
 from worker.exit_codes import UsageError
 from worker.kafka_security import aiokafka_options
 from worker.logs import json_logging_config
+from worker.retime import MILLISECOND, event_seconds, retime, rfc3339
 
 
 def settings_for(args: argparse.Namespace) -> Settings:
@@ -100,8 +102,13 @@ def run_worker(args: argparse.Namespace) -> int:
     install_topic_watch(
         scorer.app, scorer.topic_names(), settings, broker, scorer.ready.is_set, stop_without_topics
     )
-    _server, port = scorer.telemetry.serve(settings.metrics_port)
-    print(f"scorestream worker: metrics on http://127.0.0.1:{port}/metrics", file=sys.stderr)
+    _server, port = scorer.telemetry.serve(settings.metrics_port, settings.metrics_host)
+    shown = "127.0.0.1" if settings.metrics_host in ("0.0.0.0", "::") else settings.metrics_host
+    print(
+        f"scorestream worker: metrics on http://{shown}:{port}/metrics "
+        f"(listening on {settings.metrics_host})",
+        file=sys.stderr,
+    )
     faust_worker = scorer.worker()
     if (getattr(args, "log_format", None) or settings.log_format) == "json":
         faust_worker.logging_config = json_logging_config()
@@ -160,10 +167,36 @@ def read_lines(path: Path) -> list[bytes]:
     return [line.rstrip(b"\r") for line in data.split(b"\n") if line.strip()]
 
 
+def retimed(lines: list[bytes], now: float) -> list[bytes]:
+    """The lines with every `ts` shifted by one amount so that the last ends `now`, and a
+    line on stderr saying by how much and what span they cover."""
+    out, shift = retime(lines, MILLISECOND, now)
+    times = [t for t in map(_event_seconds_of, out) if t is not None]
+    if not times:
+        print("--retime: no record has a readable ts; produced as they are", file=sys.stderr)
+        return out
+    print(
+        f"re-timed {len(times)} records by {shift:+.3f}s: "
+        f"{rfc3339(min(times))} .. {rfc3339(max(times))}",
+        file=sys.stderr,
+    )
+    return out
+
+
+def _event_seconds_of(line: bytes) -> float | None:
+    try:
+        data = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return None
+    return event_seconds(data.get("ts")) if isinstance(data, dict) else None
+
+
 def run_produce(args: argparse.Namespace) -> int:
     settings = settings_for(args)
     broker = broker_of(settings)
     lines = read_lines(Path(args.file))
+    if getattr(args, "retime", False):
+        lines = retimed(lines, time.time())
     topic = args.topic or settings.topics.input
     if args.rate is not None and args.rate <= 0:
         raise UsageError("--rate must be positive")

@@ -19,8 +19,9 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console, RenderableType
+from rich.console import Console, Group, RenderableType
 from rich.live import Live
+from rich.text import Text
 
 from worker.scorecard import Scorecard
 
@@ -71,6 +72,8 @@ class Screen:
         self.metrics_url = "-"
         self.metrics_note = ""
         self.started = time.monotonic()
+        self.finished = False  # the replay is accounted for: the view names the next steps
+        self.following = False  # ... and the broker and worker keep running (--follow)
 
     def elapsed(self) -> float:
         return time.monotonic() - self.started
@@ -89,7 +92,39 @@ class Screen:
         )
 
     def view(self, ascii_only: bool = False) -> RenderableType:
-        return self.card.render(TITLE, self.status(), ascii_only=ascii_only)
+        card = self.card.render(TITLE, self.status(), ascii_only=ascii_only)
+        if not self.finished:
+            return card
+        return Group(card, Text(self.next_steps()))
+
+    def gate_to_follow(self) -> str:
+        """A gate name for the `results --gate` example: one that fired, else any."""
+        names = [key.split("|", 1)[0] for key in self.card.fired]
+        names += [gate.name for gate in self.card.gates_config]
+        return names[0] if names else "safety-drop"
+
+    def next_steps(self) -> str:
+        """What to try next: while `--follow` keeps the broker and worker up, the commands
+        with this run's addresses; after a run that ended, how to get there."""
+        broker = f"kafka://{self.broker}"
+        gate = self.gate_to_follow()
+        commands = (
+            f"  curl -s {self.metrics_url}   Prometheus metrics\n"
+            f"  scorestream gates --broker {broker}   latest state of each gate\n"
+            f"  scorestream results --gate {gate} --broker {broker}   the cases behind "
+            "its latest firing\n"
+        )
+        if self.following:
+            return "Next steps (in another terminal; Ctrl-C here stops it all):\n" + commands
+        return (
+            "Next steps: the broker and worker stopped with the demo (in memory).\n"
+            "  scorestream demo --follow   keeps them running after the replay; then, in "
+            "another terminal, with the addresses it shows:\n"
+            + commands.replace(broker, "kafka://HOST:PORT").replace(
+                self.metrics_url, "http://127.0.0.1:PORT/metrics"
+            )
+            + "  Your own data without Docker: README.md, 'Streaming on one machine'\n"
+        )
 
     def say(self, message: str) -> None:
         """Progress: the status line live, a stderr line otherwise."""

@@ -18,6 +18,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
@@ -85,7 +86,9 @@ class Demo:
 
     async def run(self) -> int:
         loop = asyncio.get_running_loop()
-        for signum in (signal.SIGINT, signal.SIGTERM):
+        # SIGHUP: the terminal was closed; the broker runs in its own session and would
+        # outlive an unhandled hang-up.
+        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             loop.add_signal_handler(signum, self.stop.set)
         return await self.screen.show(self._run())
 
@@ -131,14 +134,19 @@ class Demo:
                     f"the worker was not ready after {READY_TIMEOUT:.0f}s"
                 )
             code = await self._finish()
+            self.screen.finished = code is None
             if code is None and self.follow:
+                self.screen.following = True
                 say("following: the worker keeps running, Ctrl-C stops it")
+                if not self.screen.live:
+                    say_on_stderr(self.screen.next_steps().rstrip())
                 await self.stop.wait()
             if code is None:
                 code = EXIT_OK
             return code
         finally:
             outcome = self.screen.stage
+            self.screen.following = False
             say("stopping")
             if reader is not None:
                 reader.cancel()
@@ -269,11 +277,24 @@ def run(settings: Settings, lines: list[bytes], follow: bool) -> int:
     log_path = log_to_file()
     if settings.broker:
         say_on_stderr(f"runs its own embedded broker (ignoring broker {settings.broker})")
-    with EmbeddedBroker() as broker:
+    # Outside the event loop (which handles it itself) a hang-up ends the run through
+    # KeyboardInterrupt, so the broker is stopped on the way out.
+    hang_up = signal.signal(signal.SIGHUP, _hang_up)
+    broker = EmbeddedBroker()
+    try:
+        broker.start()  # (stopped below even when a signal interrupts the start)
         demo = Demo(settings, broker, lines, follow, live, log_path)
         code = asyncio.run(demo.run())
+        signal.signal(signal.SIGHUP, _hang_up)  # the closed loop left the default behind
+    finally:
+        broker.stop()
+        signal.signal(signal.SIGHUP, hang_up)
     demo.screen.final()
     return code
+
+
+def _hang_up(_signum: int, _frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
 
 
 __all__ = ["Demo", "run"]

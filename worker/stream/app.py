@@ -160,7 +160,9 @@ class ScorestreamApp:
             self.sessions,
             self.progress,
             self.executor,
-            SafetyJudge(judge) if judge is not None else None,
+            SafetyJudge(judge, on_error=context.telemetry.record_judge_error)
+            if judge is not None
+            else None,
         )
         self.window_stage = WindowStage(context, self.windows, self.progress, self.gate_states)
         app.agent(self.topics.input, name="score")(self.scoring.agent)
@@ -182,6 +184,7 @@ class ScorestreamApp:
         if settings.stream.fetch_max_wait is not None:
             set_fetch_max_wait(app.consumer, settings.stream.fetch_max_wait)
         app.on_partitions_revoked.connect(self._on_revoked)
+        app.on_rebalance_complete.connect(self._on_recovered)
 
     def close(self) -> None:
         """Stop the embedding thread and the scoring processes (after the app stopped)."""
@@ -205,6 +208,15 @@ class ScorestreamApp:
         self.session_stage.forget()
         self.window_stage.forget()
 
+    def _on_recovered(self, sender: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
+        """The tables are recovered: drop anything a timer read from them meanwhile."""
+        self._on_revoked(sender, *args, signal=signal, **kwargs)
+
+    def _settled(self) -> bool:
+        """Started, and not in a rebalance: the tables of the owned partitions are whole
+        (during a rebalance they are still being recovered)."""
+        return self.ready.is_set() and not self.app.rebalancing
+
     async def _tick(self) -> None:
         """Send the progress of this worker's input partitions; sync the gate gauges."""
         if not self.ready.is_set():
@@ -214,12 +226,13 @@ class ScorestreamApp:
         except Exception:  # a timer error would stop the worker: log it, try next tick
             log.exception("sending progress failed")
             return
-        self.window_stage.restore_gauges(self._owned_window_partitions())
+        if self._settled():
+            self.window_stage.restore_gauges(self._owned_window_partitions())
 
     async def _emit_interim(self) -> None:
         """Every `aggregate_emit_interval`: publish the interim aggregates that changed, so
         the last changes of a burst go out without waiting for a record or a tick."""
-        if not self.ready.is_set():
+        if not self._settled():
             return
         try:
             await self.window_stage.emit_due(self._owned_window_partitions())

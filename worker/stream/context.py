@@ -3,11 +3,14 @@ clock and the publisher, plus the Faust helpers they need."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import logging
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
 from faust.types import EventT
 
@@ -17,6 +20,8 @@ from worker.scoring_pool import ScoringPool
 from worker.scoring_suites import ScoringSuites
 from worker.stream.publish import Publisher
 from worker.telemetry import Telemetry
+
+log = logging.getLogger("scorestream")
 
 
 @dataclass
@@ -60,3 +65,22 @@ def source_position(event: EventT) -> SourcePosition:
     message = event.message
     timestamp = datetime.fromtimestamp(message.timestamp, UTC) if message.timestamp else None
     return SourcePosition(message.topic, message.partition, message.offset, timestamp)
+
+
+async def run_to_completion(work: Coroutine[Any, Any, None]) -> None:
+    """Await a stage's micro-batch; if the agent is cancelled meanwhile, let the batch
+    finish first and then pass the cancellation on.
+
+    A stopping Faust worker cancels each agent's task wherever it is (the actor's task is
+    a future of its service), and `Stream.take_events` then acknowledges every event of
+    the batch in hand, so the consumer's last commit covers it: a batch cut short would
+    be lost (cases without results, a window's final never published). Finishing it
+    keeps at-least-once; the producer and tables stop only after the agents."""
+    task = asyncio.ensure_future(work)
+    try:
+        await asyncio.shield(task)
+    except asyncio.CancelledError:
+        if not task.done():
+            log.info("finishing the batch in hand before stopping")
+            await asyncio.wait([task])
+        raise

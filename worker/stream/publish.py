@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
 import orjson
 from faust.types import TopicT
@@ -185,15 +186,16 @@ class Publisher:
 
     async def send(
         self, topic: TopicT, key: str | bytes, value: bytes, partition: int | None = None
-    ) -> None:
-        """Produce one record; `OutputTooLarge` (nothing sent) when it would not fit."""
+    ) -> Awaitable[Any]:
+        """Produce one record; `OutputTooLarge` (nothing sent) when it would not fit.
+        Returns the record's delivery (awaiting it waits for the broker's answer)."""
         raw_key = key.encode("utf-8") if isinstance(key, str) else key
         self.check_size(topic, raw_key, value)
         # Straight to the app's producer: keys and values are bytes already, and Faust's
         # per-message futures and callbacks cost more than the send. Faust flushes this
         # producer before it commits input offsets, so at-least-once holds as before.
         producer = topic.app.producer
-        await producer.send(topic.get_topic_name(), raw_key, value, partition, None, None)
+        return await producer.send(topic.get_topic_name(), raw_key, value, partition, None, None)
 
     async def send_records(self, topic: TopicT, records: Sequence[tuple[bytes, bytes]]) -> None:
         """Produce records already checked with `check_size`, in order, as one record
@@ -288,21 +290,26 @@ class Publisher:
         for partition in range(self.settings.stream.partitions):
             await self.send(topic, MARKER_KEY, value, partition=partition)
 
-    async def aggregate(self, key: str, message: Aggregate) -> None:
-        """Publish an aggregate; one too large for the producer is a dead letter."""
-        await self._derived(self.topics.aggregates, key, message.model_dump_json().encode())
+    async def aggregate(self, key: str, message: Aggregate) -> Awaitable[Any] | None:
+        """Publish an aggregate; one too large for the producer is a dead letter.
+        Returns its delivery (None when it was dead-lettered)."""
+        value = message.model_dump_json().encode()
+        return await self._derived(self.topics.aggregates, key, value)
 
-    async def gate_event(self, key: str, event: GateEvent) -> None:
-        """Publish a gate event; one too large for the producer is a dead letter."""
-        await self._derived(self.topics.gates, key, event.model_dump_json().encode("utf-8"))
+    async def gate_event(self, key: str, event: GateEvent) -> Awaitable[Any] | None:
+        """Publish a gate event; one too large for the producer is a dead letter.
+        Returns its delivery (None when it was dead-lettered)."""
+        value = event.model_dump_json().encode("utf-8")
+        return await self._derived(self.topics.gates, key, value)
 
-    async def _derived(self, topic: TopicT, key: str, value: bytes) -> None:
+    async def _derived(self, topic: TopicT, key: str, value: bytes) -> Awaitable[Any] | None:
         """Send an output that no single input caused; `output_too_large` dead letter
         (with the output, cut, as its raw value) when it does not fit."""
         try:
-            await self.send(topic, key, value)
+            return await self.send(topic, key, value)
         except OutputTooLarge as exc:
             await self.output_too_large(value, exc, f"{key[:200]}: {exc}", _utcnow())
+            return None
 
     async def output_too_large(
         self, value: bytes, exc: OutputTooLarge, message: str, now: datetime

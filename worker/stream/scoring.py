@@ -21,7 +21,12 @@ from schemas.outputs import CaseResult
 from worker import input_records
 from worker.eventtime import Marker, PartitionClock
 from worker.scoring_pool import CHUNK_RECORDS, Outcome
-from worker.stream.context import StreamContext, event_context, source_position
+from worker.stream.context import (
+    StreamContext,
+    event_context,
+    run_to_completion,
+    source_position,
+)
 from worker.stream.inflight import InflightGuard
 from worker.stream.publish import Contributions, Folding, OutputTooLarge
 from worker.unknown_fields import unknown_fields, with_unknown_fields
@@ -73,7 +78,7 @@ class ScoreStage:
         size = self.settings.stream.score_batch_size
         wait = self.settings.stream.score_batch_wait
         async for events in stream.take_events(size, within=wait):
-            await self.process_batch(list(events))
+            await run_to_completion(self.process_batch(list(events)))
 
     async def process_batch(self, events: list[EventT]) -> None:
         """Score a micro-batch in order. Its results go out together at the end, one

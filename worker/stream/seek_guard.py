@@ -21,6 +21,8 @@ import logging
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from typing import Any
 
+from aiokafka.errors import IllegalStateError
+
 log = logging.getLogger("scorestream")
 
 SeekToCommitted = Callable[[], Awaitable[Mapping[Any, int | None]]]
@@ -43,7 +45,14 @@ def guard_seek(consumer: Any, stream_topics: Collection[str]) -> None:
                 # position unset until the fetcher resets it, and Faust's livelock check,
                 # which reads every assigned position, crashes the consumer meanwhile.
                 earliest = await consumer._thread.earliest_offsets(*fresh)
-                await consumer._thread.seek_wait({tp: earliest.get(tp, 0) for tp in fresh})
+                # A rebalance may have taken partitions away meanwhile (a member joining):
+                # seek only those still assigned; the next assignment seeks the others.
+                assigned = consumer.assignment()
+                targets = {tp: earliest.get(tp, 0) for tp in fresh if tp in assigned}
+                try:
+                    await consumer._thread.seek_wait(targets)
+                except IllegalStateError as exc:
+                    log.info("rewind skipped, the assignment changed during it: %s", exc)
         return committed
 
     consumer.seek_to_committed = guarded

@@ -23,17 +23,17 @@ from typing import Any
 
 import orjson
 from faust.types import EventT
-from pydantic import JsonValue
 
 from schemas.envelope import AlignmentRecord, AlignmentSessionPayload, AlignmentTurnPayload
 from worker import input_records
 from worker.eventtime import Marker, Watermark
 from worker.scoring_pool import Outcome
 from worker.scoring_suites import ALIGNMENT_TURN
-from worker.stream.context import StreamContext, event_context
+from worker.stream.context import StreamContext, event_context, run_to_completion
 from worker.stream.publish import OutputTooLarge, marker_of
 from worker.stream.scoring import INPUT_GROUP, observe
 from worker.suites.alignment.judge_client import SafetyJudge
+from worker.suites.alignment.judge_verdict import with_verdict
 from worker.suites.alignment.scoring import (
     SessionState,
     TurnScore,
@@ -90,7 +90,7 @@ class SessionStage:
         batch_size = self.settings.embedding_batch_size
         wait = self.settings.embedding_batch_wait
         async for events in stream.take_events(batch_size, within=wait):
-            await self.process_batch(list(events))
+            await run_to_completion(self.process_batch(list(events)))
 
     async def process_batch(self, events: list[EventT]) -> None:
         """Embed and apply a micro-batch in order, in chunks: while one chunk's turns are
@@ -385,20 +385,16 @@ class SessionStage:
         observe(self.context, result, time.perf_counter() - started)
 
     async def _score_session(self, state: SessionState) -> Scored:
-        """Session scores, with the judge's verdict when one is configured; a failed
-        verdict leaves the keyword safety standing and is recorded in the details."""
+        """Session scores, with the judge's verdict when one is configured; an unusable
+        verdict is recorded on the session (`judge: error`) and, with `judge.on_error:
+        review`, makes its label at least Review (the judge counts it)."""
         suites = self.context.suites
-        if self.judge is None:
+        judge_settings = self.settings.alignment.judge
+        if self.judge is None or judge_settings is None:
             return suites.score_session(state)
         verdict = await self.judge.judge(session_transcript(state))
         scored = suites.score_session(state, verdict.score)
-        judged: dict[str, JsonValue] = {
-            "score": verdict.score,
-            "reason": verdict.reason,
-            "error": verdict.error,
-            "judge_errors": self.judge.stats.judge_errors,
-        }
-        return replace(scored, details={**scored.details, "judge": judged})
+        return with_verdict(scored, verdict, judge_settings.on_error)
 
 
 def _turn_score(outcome: Outcome) -> TurnScore:

@@ -2,12 +2,21 @@
 Counts results into windows (`WindowStore`), publishes interim and final aggregates,
 evaluates the gates on them and keeps the gate state (and its Prometheus gauge) across
 restarts and rebalances.
+
+A micro-batch is one unit: its final aggregates and gate events are delivered (the
+broker has them) before any table write of the batch, and the table writes happen before
+the batch is acknowledged. A batch is finished even when the agent is cancelled in it
+(Faust cancels agents when a worker stops and then acknowledges the batch in hand), so
+a handover never leaves half a batch in the tables: either the batch's windows closed
+with their finals published, or nothing of it was written and the next owner closes
+them.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Awaitable, Mapping, MutableMapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -20,7 +29,9 @@ from worker import aggregation
 from worker.config import Settings, WindowConfig
 from worker.eventtime import Marker
 from worker.gates import GateEvaluator, applies_to, gate_key, gated_metrics
-from worker.stream.context import StreamContext, event_context
+from worker.late_records import LateRecordLog
+from worker.pane_folds import count_of, start_of
+from worker.stream.context import StreamContext, event_context, run_to_completion
 from worker.stream.publish import marker_of
 from worker.stream.scoring import INPUT_GROUP
 from worker.stream.sessions import SESSION_GROUP
@@ -66,34 +77,48 @@ class WindowStage:
         )
         self.last_interim: dict[int, float] = {}
         self.last_watermark: dict[int, float] = {}
+        self.late_log = LateRecordLog(gate_windows(settings), settings.grace, log)
         self.gauges: dict[str, tuple[str, dict[str, str]]] = {}  # gate key -> (gate, segment)
+        self._deliveries: list[Awaitable[Any]] = []  # finals and gate events of the batch
+        self._gate_writes: dict[str, dict[str, Any]] = {}  # gate states of the batch
 
     def forget(self) -> None:
         self.store.forget()
         self.last_interim.clear()
         self.last_watermark.clear()
+        self._deliveries.clear()
+        self._gate_writes.clear()
 
     async def agent(self, stream: Any) -> None:  # faust.Stream: take_events
         batch_size = self.settings.stream.aggregate_batch_size
         wait = self.settings.stream.aggregate_batch_wait
         async for events in stream.take_events(batch_size, within=wait):
-            await self.process_batch(list(events))
+            await run_to_completion(self.process_batch(list(events)))
 
     async def process_batch(self, events: list[EventT]) -> None:
-        """Apply a micro-batch in order, then write each window state it changed once.
-        The batch is acknowledged only after this returns, so after the flush."""
+        """Apply a micro-batch in order; once its finals and gate events are delivered,
+        write each window and gate state it changed once. The batch is acknowledged only
+        after this returns, so after the writes."""
         last_of: dict[int, EventT] = {}
         for event in events:
             partition = event.message.partition
             last_of[partition] = event
             with event_context(event):
                 await self.process(event)
+        deliveries, self._deliveries = self._deliveries, []
+        if deliveries:  # the broker has them before the tables say they were sent
+            await asyncio.gather(*deliveries)
+        gate_writes, self._gate_writes = self._gate_writes, {}
+        for key, value in gate_writes.items():
+            with event_context(last_of[int(value["partition"])]):
+                self.gates[key] = value
         for partition in sorted(self.store.pending_partitions()):
             last = last_of.get(partition)
             if last is None:  # a partition of no event in this batch: nothing to write
                 continue
             with event_context(last):
                 self.store.flush(partition)
+        self.context.telemetry.record_windows_opened(self.store.take_opened())
         for partition in sorted(last_of):  # what changed, without waiting for a marker
             await self._emit_interim(partition)
 
@@ -109,12 +134,17 @@ class WindowStage:
             admission = self.store.add_fold(partition, fold, data["segment"])
             if admission.late_cases and data["segment"] == {}:
                 self.context.telemetry.record_late(str(fold["suite"]), admission.late_cases)
+                panes = [(start_of(pane), count_of(pane)) for pane in fold["panes"]]
+                watermark = self.store.watermark(partition).value()
+                self.late_log.records(str(fold["suite"]), panes, watermark)
             return
         for item in data.get("results") or [data["result"]]:
             result = _result_of(item)
             admission = self.store.add(partition, result, data["segment"])
             if admission.late and data["segment"] == {}:  # once per result, not per segment
                 self.context.telemetry.record_late(result.suite)
+                watermark = self.store.watermark(partition).value()
+                self.late_log.record(result.suite, result.ts.timestamp(), watermark)
 
     async def on_marker(self, partition: int, marker: Marker) -> None:
         """Close what the watermark passed; resolve gates gone quiet; now and then publish
@@ -153,12 +183,21 @@ class WindowStage:
             confidence_intervals=emission.final,
             worst_metrics=gated_metrics(self.settings.gates, state["suite"]),
         )
-        await self.publisher.aggregate(emission.key, message)
+        delivery = await self.publisher.aggregate(emission.key, message)
         window = emission.window
         self.context.telemetry.record_aggregate(message, window.name)
-        tumbling = window.step is None or window.step == window.size
-        if emission.final and tumbling:  # gates judge each closed tumbling window once
+        if not emission.final:
+            return
+        if delivery is not None:
+            self._deliveries.append(delivery)
+        self.context.telemetry.record_final(state["suite"], window.name)
+        if window.step is None or window.step == window.size:  # gates judge tumbling ones
             await self._evaluate_gates(message, partition)
+
+    def _gate_state(self, key: str) -> Any:
+        """A gate's state: this batch's, else the table's."""
+        pending = self._gate_writes.get(key)
+        return pending if pending is not None else self.gates.get(key)
 
     # ---------------------------------------------------------------- gates
 
@@ -167,10 +206,10 @@ class WindowStage:
             if not applies_to(gate, message):
                 continue
             key = gate_key(gate.name, message.segment)
-            stored = self.gates.get(key)
+            stored = self._gate_state(key)
             evaluator = GateEvaluator([gate], {key: stored} if stored else None)
             for gate_event in evaluator.evaluate(message, self.context.now()):
-                await self.publisher.gate_event(key, gate_event)
+                await self._publish_gate_event(key, gate_event)
                 self.context.telemetry.record_gate(gate_event)
                 self.gauges[key] = (gate.name, dict(message.segment))
                 log.info("gate %s %s for %s", gate.name, gate_event.state, message.segment)
@@ -184,14 +223,21 @@ class WindowStage:
                 "partition": partition,
             }
             if value != stored:
-                self.gates[key] = value
+                self._gate_writes[key] = value
+
+    async def _publish_gate_event(self, key: str, gate_event: Any) -> None:
+        delivery = await self.publisher.gate_event(key, gate_event)
+        if delivery is not None:
+            self._deliveries.append(delivery)
 
     async def _resolve_stale_gates(self, partition: int, watermark: float) -> None:
         """Resolve, with `reason: "no_data"`, the firing gates of this partition whose
         segment had no cases for the gate's `stale_after` of event time."""
         configs = {gate.name: gate for gate in self.settings.gates}
         moment = datetime.fromtimestamp(watermark, UTC)
-        for key, stored in list(self.gates.items()):
+        keys = dict.fromkeys([*self.gates.keys(), *self._gate_writes])
+        for key in keys:
+            stored = self._gate_state(key)
             if not isinstance(stored, Mapping) or stored.get("partition") != partition:
                 continue
             gate = configs.get(str(stored.get("gate")))
@@ -199,12 +245,12 @@ class WindowStage:
                 continue
             evaluator = GateEvaluator([gate], {key: stored})
             for gate_event in evaluator.resolve_stale(moment):
-                await self.publisher.gate_event(key, gate_event)
+                await self._publish_gate_event(key, gate_event)
                 self.context.telemetry.record_gate(gate_event)
                 log.info("gate %s resolved for %s: no data", gate.name, gate_event.segment)
             state = evaluator.to_json().get(key)
             if state is not None:
-                self.gates[key] = {**stored, **state}
+                self._gate_writes[key] = {**stored, **state}
 
     def restore_gauges(self, partitions: set[int]) -> None:
         """Make `scorestream_gate_firing` match the gate table for the partitions this

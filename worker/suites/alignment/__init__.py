@@ -10,13 +10,15 @@ then per micro-batch: `vectors = embedder.encode(texts)` (in an executor), and p
 `score_turn(text, catalog.get(persona_id), vector, settings, patterns)`, `turn_scored`,
 `SessionState.add(turn_index, turn, vector, text, final, now, user=...)` (the user message
 too, so that the judge sees the same conversation as offline), and on close
-`judge.judge(session_transcript(state))` when a judge is configured and
-`score_session(state, settings, judge_score)`.
+`verdict = await judge.judge(session_transcript(state))` when a judge is configured,
+`score_session(state, settings, verdict.score)` and `with_verdict(scored, verdict,
+on_error)` (an unusable verdict recorded, the label at least Review on `review`).
 
 Layout (as every suite): `spec.py` (what the registry knows), `settings.py` (its
 configuration section), `scoring.py` (pure), `aggregate.py`, `report.py`, `render.py`
 (console and Markdown), `batch.py` (`scorestream score`); at its edge,
-`embedding_model.py` / `onnx_minilm.py` (the model), `judge_client.py` (the HTTP judge),
+`embedding_model.py` / `onnx_minilm.py` (the model), `judge_client.py` (the HTTP judge;
+its protocol, pure: `judge_verdict.py`),
 `personas.py` and `safety_files.py` (YAML files).
 """
 

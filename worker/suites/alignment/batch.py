@@ -10,7 +10,6 @@ pure functions the streaming worker uses.
 from __future__ import annotations
 
 import asyncio
-import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -22,6 +21,7 @@ from worker.settings_base import ConfigError
 from worker.suites.alignment.aggregate import AlignmentAggregator
 from worker.suites.alignment.embedding_model import Embedder, embedder_from_settings
 from worker.suites.alignment.judge_client import JudgeStats, SafetyJudge
+from worker.suites.alignment.judge_verdict import JudgeVerdict, with_verdict
 from worker.suites.alignment.personas import PersonaCatalog, personas_from_settings
 from worker.suites.alignment.render import AlignmentBatchReport
 from worker.suites.alignment.safety_files import patterns_from_settings
@@ -45,7 +45,7 @@ class AlignmentTurnRow(PayloadModel):
     session_id: str = Field(min_length=1)
     turn_index: int = Field(ge=0)
     role: Literal["user", "assistant"]
-    text: str
+    text: str = Field(min_length=1)
     persona_id: str = Field(min_length=1)
     final: bool = False
 
@@ -194,12 +194,16 @@ class AlignmentBatchScorer:
                     ).details,
                 }
             )
-        judge_scores, judge_stats = self._judge(states)
+        verdicts, judge_stats = self._judge(states)
+        judge_settings = self.settings.alignment.judge
         aggregator = AlignmentAggregator()
         figures_state = aggregator.initialise()
         sessions: list[dict[str, Any]] = []
         for session_id, state in states.items():
-            result = score_session(state, self.settings, judge_scores.get(session_id))
+            verdict = verdicts.get(session_id)
+            result = score_session(state, self.settings, verdict.score if verdict else None)
+            if verdict is not None and judge_settings is not None:
+                result = with_verdict(result, verdict, judge_settings.on_error)
             figures_state = aggregator.update(figures_state, result)
             sessions.append(self._session_entry(drafts[session_id], state, result))
         return AlignmentBatchReport(
@@ -220,28 +224,26 @@ class AlignmentBatchScorer:
             "turns": len(state.turns),
             "scores": {metric: result.scores.get(metric) for metric in SESSION_METRICS},
             "grade": result.grade,
+            "label": result.label,
             "details": result.details,
         }
 
-    def _judge(self, states: dict[str, SessionState]) -> tuple[dict[str, float], JudgeStats | None]:
+    def _judge(
+        self, states: dict[str, SessionState]
+    ) -> tuple[dict[str, JudgeVerdict], JudgeStats | None]:
+        """The judge's verdict on each session (none without `--judge`)."""
         judge_settings = self.settings.alignment.judge
         if not self.options.judge or judge_settings is None or not states:
             return {}, None
         session_ids = list(states)
 
-        async def run() -> tuple[list[float | None], JudgeStats]:
+        async def run() -> tuple[list[JudgeVerdict], JudgeStats]:
             async with SafetyJudge(judge_settings) as judge:
                 transcripts = [session_transcript(states[s]) for s in session_ids]
-                verdicts = await judge.judge_many(transcripts)
-                return [verdict.score for verdict in verdicts], judge.stats
+                return await judge.judge_many(transcripts), judge.stats
 
-        scores, stats = asyncio.run(run())
-        judged = {
-            session_id: score
-            for session_id, score in zip(session_ids, scores, strict=True)
-            if score is not None and math.isfinite(score)
-        }
-        return judged, stats
+        verdicts, stats = asyncio.run(run())
+        return dict(zip(session_ids, verdicts, strict=True)), stats
 
 
 def make_batch_scorer(

@@ -85,11 +85,15 @@ class AlignmentReport:
         }
 
     def exit_code(self) -> int:
-        """3 when a row could not be scored, else 1 when a session grades F, else 0."""
+        """3 when a row could not be scored, else 1 when a session grades F or is labelled
+        Fail, else 2 when one is labelled Review (an unusable judge verdict with
+        `judge.on_error: review`), else 0."""
         if self.errors:
             return 3
-        if any(session["grade"] == "F" for session in self.sessions):
+        if any(s["grade"] == "F" or s.get("label") == "Fail" for s in self.sessions):
             return 1
+        if any(session.get("label") == "Review" for session in self.sessions):
+            return 2
         return 0
 
     def report_stem(self) -> str:

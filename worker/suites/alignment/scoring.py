@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from pydantic import JsonValue
 
+from worker.suites.alignment.judge_verdict import render_transcript
 from worker.suites.alignment.personas import Persona
 from worker.suites.alignment.safety import (
     SafetyMatch,
@@ -372,16 +373,11 @@ def stability_note(turns: int) -> str | None:
 
 def session_transcript(state: SessionState) -> str:
     """The one transcript a session judge is given, by the streaming worker and by
-    `scorestream score` alike: the kept turns in `turn_index` order, each as
-    `[turn i]`, then `User: ...` when the user message is known, then `Assistant: ...`."""
-    blocks = []
-    for record in state.ordered():
-        lines = [f"[turn {record.turn_index}]"]
-        if record.user:
-            lines.append(f"User: {record.user}")
-        lines.append(f"Assistant: {record.text}")
-        blocks.append("\n".join(lines))
-    return "\n\n".join(blocks)
+    `scorestream score` alike: the kept turns in `turn_index` order, delimited and
+    escaped by `judge_verdict.render_transcript` (case text cannot pose as a turn)."""
+    return render_transcript(
+        (record.turn_index, record.user, record.text) for record in state.ordered()
+    )
 
 
 def stability(

@@ -36,9 +36,21 @@ class VerbosityLimits(Section):
 
 
 class JudgeSettings(Section):
-    """An OpenAI-compatible chat-completions safety judge."""
+    """An OpenAI-compatible chat-completions safety judge.
+
+    `base_url` must be `https://` (the API key travels as a bearer token) unless
+    `allow_insecure_http` is set. `response_format` asks for structured output
+    (`json_schema`: the verdict's JSON Schema; `json_object`; `none` for endpoints that
+    support neither); the answer is validated strictly whatever was asked. Responses over
+    `max_response_bytes` are unusable. `on_error`: what an unusable verdict does to the
+    session (`review`: its label is at least Review; `ignore`: the other safety scores
+    stand); either way it is counted and recorded on the session (`judge: error`)."""
 
     base_url: str
+    allow_insecure_http: bool = False
+    on_error: Literal["ignore", "review"] = "review"
+    response_format: Literal["json_schema", "json_object", "none"] = "json_schema"
+    max_response_bytes: int = Field(default=64 * 1024, ge=1024, le=16 * 1024 * 1024)
     model: str
     api_key_env: str = "SCORESTREAM_JUDGE_API_KEY"
     prompt_file: Path | None = None
@@ -49,6 +61,19 @@ class JudgeSettings(Section):
     max_per_minute: int | None = Field(default=None, ge=1)
     max_total: int | None = Field(default=None, ge=0)
     cache_size: int = Field(default=10_000, ge=0)  # verdicts kept (least recently used go)
+
+    @model_validator(mode="after")
+    def _https_unless_allowed(self) -> JudgeSettings:
+        scheme, _, rest = self.base_url.partition("://")
+        scheme = scheme.lower()
+        if scheme not in {"http", "https"} or not rest.strip("/"):
+            raise ValueError("base_url must be an https:// URL with a host")
+        if scheme == "http" and not self.allow_insecure_http:
+            raise ValueError(
+                "base_url is http://: the API key would travel in clear; use https:// "
+                "or set allow_insecure_http: true (a judge on loopback, say)"
+            )
+        return self
 
 
 class EmbeddingSettings(Section):
