@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -28,11 +28,15 @@ from worker.suites.alignment.safety_files import patterns_from_settings
 from worker.suites.alignment.scoring import (
     SessionState,
     TurnScore,
+    classifier_from_settings,
     score_session,
     score_turn,
 )
 from worker.suites.alignment.trait_model import TraitClassifier
 from worker.suites.base import CaseScorer, Scored
+
+if TYPE_CHECKING:  # scikit-learn is imported only where the classifier is used
+    from worker.suites.alignment.safety_classifier import SafetyClassifier
 
 # The scoring pool's name for alignment turns: payload (persona_id, text, vector).
 ALIGNMENT_TURN = "alignment:turn"
@@ -86,9 +90,11 @@ class ScoringSuites:
         return self.embedder.encode(list(texts))
 
     def warm_up(self) -> None:
-        """Load the model and embed every persona's examples before traffic arrives."""
+        """Load the model, embed every persona's examples and train the safety classifier
+        (when enabled) before traffic arrives."""
         for persona_id in self.personas.ids():
             self.personas.get(persona_id)
+        classifier_from_settings(self.settings)
 
     def score_turn(
         self, turn: AlignmentTurnPayload | tuple[str, str], vector: np.ndarray
@@ -111,7 +117,8 @@ class ScoringSuites:
         embedded = {persona_id: self.personas.get(persona_id) for persona_id in self.personas.ids()}
         vectors = {pid: persona.example_vectors for pid, persona in embedded.items()}
         classifiers = {pid: persona.trait_classifier for pid, persona in embedded.items()}
-        return {ALIGNMENT_TURN: partial(alignment_turn_scorer, vectors, classifiers)}
+        safety = classifier_from_settings(self.settings)  # trained here once, not per child
+        return {ALIGNMENT_TURN: partial(alignment_turn_scorer, vectors, classifiers, safety)}
 
     # ------------------------------------------------------------ shared
 
@@ -126,11 +133,12 @@ class ScoringSuites:
 def alignment_turn_scorer(
     vectors: Mapping[str, np.ndarray | None],
     classifiers: Mapping[str, TraitClassifier | None],
+    safety: SafetyClassifier | None,
     settings: Settings,
 ) -> Callable[[Any], TurnScore]:
     """A scorer of `(persona_id, text, vector)` turns (a `TurnScore`), for the scoring
     pool's children: personas and safety patterns from the settings, with the example
-    vectors and trait classifier the caller embedded."""
+    vectors, trait classifier and safety classifier (None: disabled) the caller made."""
     personas = {
         persona.id: replace(
             persona,
@@ -146,6 +154,6 @@ def alignment_turn_scorer(
         persona = personas.get(persona_id)
         if persona is None:
             raise Rejected(UNKNOWN_PERSONA, f"unknown persona {persona_id!r}")
-        return score_turn(text, persona, vector, settings, patterns)
+        return score_turn(text, persona, vector, settings, patterns, safety)
 
     return score
