@@ -85,6 +85,7 @@ class ScoringPool:
         deadline: float | None = None,
         start_method: str = "forkserver",
         more_factories: Callable[[], Mapping[str, ScorerFactory]] | None = None,
+        preload: Sequence[str] = (),
     ) -> None:
         self.settings = settings
         # "forkserver" (the worker): a fresh interpreter forks each child, so nothing of
@@ -95,6 +96,9 @@ class ScoringPool:
         # Scorers that can only be described once the caller has warmed up (alignment
         # turns need the embedded persona examples): asked for when the pool starts.
         self.more_factories = more_factories
+        # Modules the forkserver imports once, so that a child replacing a killed one
+        # starts without importing them (forkserver only).
+        self.preload = [__name__, *preload]
         self.processes = processes or settings.stream.scoring_processes
         self.deadline = deadline if deadline is not None else settings.limits.scoring_deadline
         self._pool: ProcessPool | None = None
@@ -103,7 +107,7 @@ class ScoringPool:
         if self._pool is None:
             context = multiprocessing.get_context(self.start_method)
             if self.start_method == "forkserver":  # children start with the scorers imported
-                context.set_forkserver_preload([__name__])
+                context.set_forkserver_preload(self.preload)
             factories = dict(self.factories)
             if self.more_factories is not None:
                 factories.update(self.more_factories())

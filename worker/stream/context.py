@@ -24,6 +24,11 @@ from worker.telemetry import Telemetry
 log = logging.getLogger("scorestream")
 
 
+# What the scoring pool's children need besides the case scorers: the alignment turn
+# scorer and the safety classifier's scikit-learn.
+POOL_PRELOAD = ("worker.scoring_suites", "worker.suites.alignment.safety_classifier")
+
+
 @dataclass
 class StreamContext:
     """The collaborators of the stages; `clock` is wall-clock epoch seconds. The scoring
@@ -37,7 +42,9 @@ class StreamContext:
     scoring_pool: ScoringPool = field(init=False)
 
     def __post_init__(self) -> None:
-        self.scoring_pool = ScoringPool(self.settings, more_factories=self.suites.pool_factories)
+        self.scoring_pool = ScoringPool(
+            self.settings, more_factories=self.suites.pool_factories, preload=POOL_PRELOAD
+        )
 
     def now(self) -> datetime:
         return datetime.fromtimestamp(self.clock(), UTC)
