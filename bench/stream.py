@@ -701,6 +701,7 @@ async def main(args: argparse.Namespace) -> int:
         encodes = EncodeLog()
         encodes.wrap(scoring_suites)
         scorer = ScorestreamApp(settings, broker.url, suites=scoring_suites)
+        scorer.scoring_pool.start()  # as `scorestream worker` does before it reads
         await scorer.app.start()
         await asyncio.wait_for(scorer.ready.wait(), 90)
         try:
@@ -711,7 +712,7 @@ async def main(args: argparse.Namespace) -> int:
                 notes.extend(rows_notes(rows, encodes))
         finally:
             await scorer.app.stop()
-            scorer.executor.shutdown(wait=False)
+            scorer.close()
     passed, complete = True, True
     for index, rows in enumerate(rounds):
         print(f"\nrun {index + 1} of {len(rounds)}")
