@@ -20,7 +20,7 @@ demo: install
 	$(VENV)/bin/scorestream demo
 
 test: install
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2
 
 lint: install
 	$(VENV)/bin/ruff check .

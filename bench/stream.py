@@ -10,7 +10,10 @@ scored inside the worker). Next to it, the baselines on the same kind of records
 measured right before and right after the worker and averaged (the machine is shared):
 
 - alignment: raw batched `MiniLMEmbedder.encode` of the same assistant texts (target:
-  the worker reaches at least 0.9x of it);
+  the worker reaches at least 0.9x of it). The worker scores every turn with the offline
+  safety classifier too (on by default); its cost, measured on the same texts before and
+  after the worker, is printed as a share of the worker's time per turn (target: at most
+  5 %, i.e. it lowers turns/s by at most 5 %);
 - safe and extraction: a plain aiokafka consume -> decode -> score -> produce loop with
   the same scoring functions and no Faust (target: at least 0.3x of it; the windows
   must count cases at 0.5x of its rate or more).
@@ -53,9 +56,11 @@ from worker.commands.stream import produce_lines  # noqa: E402
 from worker.config import Settings, load_settings  # noqa: E402
 from worker.scoring_suites import ScoringSuites  # noqa: E402
 from worker.stream import ScorestreamApp  # noqa: E402
+from worker.suites.alignment.scoring import classifier_from_settings  # noqa: E402
 
 EXAMPLES = REPO / "examples"
 TARGETS = {"safe": 0.3, "extraction": 0.3, "alignment": 0.9}
+CLASSIFIER_SHARE_TARGET = 0.05  # of the worker's time per alignment turn
 # cases counted into windows per second, as a share of the plain loop's results per second
 AGGREGATION_TARGETS = {"safe": 0.5, "extraction": 0.5}
 CPU_GROWTH_TARGET = 1.3  # CPU per case with [60s, 1h/5m] over [60s]
@@ -334,6 +339,18 @@ class EncodeLog:
             return 0, math.nan, 0.0
         sizes = [size for size, _, _ in inside]
         return len(inside), sum(sizes) / len(sizes), sum(end - start for _, start, end in inside)
+
+
+def classifier_ms_per_turn(settings: Settings, texts: list[str]) -> float:
+    """Milliseconds the safety classifier takes per assistant turn (0 when disabled)."""
+    classifier = classifier_from_settings(settings)
+    if classifier is None:
+        return 0.0
+    classifier.classify(texts[0])
+    started = time.perf_counter()
+    for text in texts:
+        classifier.classify(text)
+    return (time.perf_counter() - started) * 1000 / len(texts)
 
 
 def raw_encode(scoring_suites: ScoringSuites, texts: list[str], batch: int) -> float:
@@ -684,6 +701,7 @@ async def main(args: argparse.Namespace) -> int:
         encodes = EncodeLog()
         encodes.wrap(scoring_suites)
         scorer = ScorestreamApp(settings, broker.url, suites=scoring_suites)
+        scorer.scoring_pool.start()  # as `scorestream worker` does before it reads
         await scorer.app.start()
         await asyncio.wait_for(scorer.ready.wait(), 90)
         try:
@@ -694,7 +712,7 @@ async def main(args: argparse.Namespace) -> int:
                 notes.extend(rows_notes(rows, encodes))
         finally:
             await scorer.app.stop()
-            scorer.executor.shutdown(wait=False)
+            scorer.close()
     passed, complete = True, True
     for index, rows in enumerate(rounds):
         print(f"\nrun {index + 1} of {len(rounds)}")
@@ -733,6 +751,7 @@ async def measure(
             # measured right before and after the worker's run, as the CPU is shared
             texts = alignment_texts(data)
             before = raw_encode(scoring_suites, texts, args.batch)
+            classifier_before = classifier_ms_per_turn(settings, texts)
         else:
             print(f"  baseline: raw aiokafka loop, {suite} x {counts[suite]} ...", flush=True)
             raw = make_records(suite, counts[suite], f"r{now:.3f}", now)
@@ -743,6 +762,8 @@ async def measure(
             rate = (before + raw_encode(scoring_suites, texts, args.batch)) / 2
             row = {"baseline": f"raw encode (batch {args.batch})", "baseline_rate": rate}
             row["baseline_run"] = None
+            classifier_after = classifier_ms_per_turn(settings, texts)
+            row["classifier_ms"] = (classifier_before + classifier_after) / 2
         else:
             print(f"  baseline again: raw aiokafka loop, {suite} x {counts[suite]} ...")
             again = make_records(suite, counts[suite], f"a{now:.3f}", now)
@@ -767,7 +788,19 @@ def rows_notes(rows: list[dict[str, Any]], encodes: EncodeLog) -> list[str]:
             f"average; the encoder was busy {busy:.1f}s of the {run.seconds:.1f}s run "
             f"({busy / run.seconds:.0%})"
         )
+        notes.append(
+            f"alignment: the safety classifier takes {row['classifier_ms']:.2f} ms per turn, "
+            f"{classifier_share(row):.1%} of the worker's {1000 / run.throughput:.2f} ms per "
+            f"turn (target <= {CLASSIFIER_SHARE_TARGET:.0%})"
+        )
     return notes
+
+
+def classifier_share(row: dict[str, Any]) -> float:
+    """The safety classifier's time per turn as a share of the worker's time per turn:
+    how much it lowers the alignment turns/s."""
+    run: Run = row["worker"]
+    return float(row["classifier_ms"]) * run.throughput / 1000
 
 
 def summary(rounds: list[list[dict[str, Any]]]) -> bool:
@@ -784,6 +817,8 @@ def summary(rounds: list[list[dict[str, Any]]]) -> bool:
             suite.setdefault("cpu ms", []).append(run.cpu_ms_per_case)
             suite.setdefault("worker/s", []).append(run.throughput)
             suite.setdefault("base/s", []).append(base)
+            if "classifier_ms" in row:
+                suite.setdefault("classifier share", []).append(classifier_share(row))
     print(f"\nover {len(rounds)} runs (min / median / max); targets judged on the median")
     passed = True
     for suite, values in figures.items():
@@ -799,6 +834,14 @@ def summary(rounds: list[list[dict[str, Any]]]) -> bool:
                 passed &= met
                 text += f" (>= {goal}: {'yes' if met else 'NO'})"
             parts.append(text)
+        shares = values.get("classifier share")
+        if shares:
+            met = statistics.median(shares) <= CLASSIFIER_SHARE_TARGET
+            passed &= met
+            parts.append(
+                f"safety classifier share {spread(shares, 3)} "
+                f"(<= {CLASSIFIER_SHARE_TARGET}: {'yes' if met else 'NO'})"
+            )
         print(f"{suite:<11}" + "; ".join(parts))
     return passed
 

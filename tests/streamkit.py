@@ -184,7 +184,7 @@ class InProcessWorker:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.scorer.app.stop()
-        self.scorer.executor.shutdown(wait=False)
+        self.scorer.close()
 
 
 class WorkerProcess:

@@ -3,7 +3,10 @@ sends for good and bad input."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import AsyncIterator
+from functools import partial
 from typing import Any
 
 import orjson
@@ -14,6 +17,8 @@ from worker.scoring_suites import ScoringSuites
 from worker.stream import ScorestreamApp
 from worker.suites.alignment.embedding_model import HashingEmbedder
 from worker.suites.alignment.scoring import SessionState
+from worker.suites.base import CaseScorer
+from worker.suites.safe.spec import case_scorer as safe_case_scorer
 
 SAFE_CASE = b'{"id": "c1", "suite": "safe", "model": "m1", "payload": {"output": {"summary": "x"}}}'
 
@@ -29,6 +34,38 @@ class Harness:
         self.sent: list[tuple[str, str, Any]] = []
         self.scorer.publisher.send = self._record  # type: ignore[method-assign]
         self.scorer.publisher.send_records = self._record_all  # type: ignore[method-assign]
+        # records each stage has finished with (their scoring runs in child processes)
+        self.processed = {"score": 0, "sessions": 0}
+        for name, stage in (
+            ("score", self.scorer.scoring),
+            ("sessions", self.scorer.session_stage),
+        ):
+            self._count(name, stage)
+
+    def _count(self, name: str, stage: Any) -> None:
+        process_batch = stage.process_batch
+
+        async def counted(events: list[Any]) -> None:
+            await process_batch(events)
+            self.processed[name] += len(events)
+
+        stage.process_batch = counted
+
+    async def put(self, name: str, records: list[tuple[bytes, bytes]]) -> None:
+        """Put `(value, key)` records through an agent and wait until its stage has
+        processed them all."""
+        expected = self.processed[name] + len(records)
+        async with self.agent(name).test_context() as agent:
+            for value, key in records:
+                await agent.put(value, key=key)
+            give_up = time.monotonic() + 60
+            while self.processed[name] < expected:
+                assert time.monotonic() < give_up, f"the {name} stage did not finish"
+                await asyncio.sleep(0.01)
+
+    async def score(self, records: list[tuple[bytes, bytes]]) -> None:
+        """Put `(value, key)` records through the score agent and wait for it."""
+        await self.put("score", records)
 
     async def _record(
         self, topic: Any, key: str | bytes, value: bytes, partition: int | None = None
@@ -49,16 +86,14 @@ class Harness:
     async def through_sessions(self, records: list[bytes]) -> None:
         """Run input records through the score agent, then what it routed through the
         sessions agent; only the sessions agent's sends are kept."""
-        async with self.agent("score").test_context() as agent:
-            for value in records:
-                await agent.put(value, key=b"x")
+        await self.score([(value, b"x") for value in records])
         forwarded = self.to(f"{self.scorer.settings.app_id}-alignment-turns")
         self.sent = [
             item for item in self.sent if item[0] == self.scorer.settings.topics.dead_letters
         ]
-        async with self.agent("sessions").test_context() as agent:
-            for key, value in forwarded:
-                await agent.put(orjson.dumps(value), key=key.encode())
+        await self.put(
+            "sessions", [(orjson.dumps(value), key.encode()) for key, value in forwarded]
+        )
 
     def dead_letters(self) -> list[dict[str, Any]]:
         return [value for _, value in self.to(self.scorer.settings.topics.dead_letters)]
@@ -68,12 +103,11 @@ class Harness:
 async def harness() -> AsyncIterator[Harness]:
     built = Harness()
     yield built
-    built.scorer.executor.shutdown(wait=False)
+    built.scorer.close()
 
 
 async def test_score_agent_publishes_one_result_keyed_by_suite_and_id(harness: Harness) -> None:
-    async with harness.agent("score").test_context() as agent:
-        await agent.put(SAFE_CASE, key=b"whatever-the-producer-chose")
+    await harness.score([(SAFE_CASE, b"whatever-the-producer-chose")])
     results = harness.to(harness.scorer.settings.topics.results)
     assert [key for key, _ in results] == ["safe:c1"]
     result = results[0][1]
@@ -105,9 +139,7 @@ async def test_score_agent_publishes_one_result_keyed_by_suite_and_id(harness: H
 async def test_bad_input_goes_to_the_dead_letter_topic_and_the_agent_carries_on(
     harness: Harness, raw: bytes, reason: str
 ) -> None:
-    async with harness.agent("score").test_context() as agent:
-        await agent.put(raw, key=b"k")
-        await agent.put(SAFE_CASE, key=b"c1")
+    await harness.score([(raw, b"k"), (SAFE_CASE, b"c1")])
     (letter,) = harness.dead_letters()
     assert letter["error"]["type"] == reason
     assert letter["source"]["offset"] == 0
@@ -121,8 +153,7 @@ async def test_oversized_records_are_dead_letters_with_the_raw_value_cut() -> No
     big = (
         b'{"id": "big", "suite": "safe", "payload": {"output": {"summary": "' + b"x" * 200 + b'"}}}'
     )
-    async with harness.agent("score").test_context() as agent:
-        await agent.put(big, key=b"big")
+    await harness.score([(big, b"big")])
     (letter,) = harness.dead_letters()
     assert letter["error"]["type"] == "oversized"
     assert letter["raw_truncated"] is True
@@ -130,22 +161,58 @@ async def test_oversized_records_are_dead_letters_with_the_raw_value_cut() -> No
     assert letter["raw"] == big[:10].decode()
 
 
-async def test_a_scorer_crash_is_a_dead_letter_not_a_dead_agent(harness: Harness) -> None:
-    calls = {"n": 0}
-    original = harness.scorer.suites.score_case
+def buggy_safe_scorer(settings: Any) -> CaseScorer:
+    """SAFE's case scorer with a bug: it raises on the summary "boom"."""
+    score = safe_case_scorer(settings)
 
-    def flaky(suite: str, payload: Any) -> Any:
-        calls["n"] += 1
-        if calls["n"] == 1:
+    def scored(payload: Any) -> Any:
+        if payload.output.summary == "boom":
             raise RuntimeError("boom")
-        return original(suite, payload)
+        return score(payload)
 
-    harness.scorer.suites.score_case = flaky  # type: ignore[method-assign]
-    async with harness.agent("score").test_context() as agent:
-        await agent.put(SAFE_CASE, key=b"c1")
-        await agent.put(SAFE_CASE.replace(b'"c1"', b'"c2"'), key=b"c2")
+    return scored
+
+
+def spinning_safe_scorer(settings: Any) -> CaseScorer:
+    """SAFE's case scorer that never returns on the summary "spin" (as a backtracking
+    regex would: pure CPU, holding the GIL)."""
+    score = safe_case_scorer(settings)
+
+    def scored(payload: Any) -> Any:
+        while payload.output.summary == "spin":
+            pass
+        return score(payload)
+
+    return scored
+
+
+async def test_a_scorer_crash_is_a_dead_letter_not_a_dead_agent(harness: Harness) -> None:
+    harness.scorer.scoring_pool.factories["safe"] = buggy_safe_scorer
+    boom = SAFE_CASE.replace(b'"x"', b'"boom"')
+    await harness.score([(boom, b"c1"), (SAFE_CASE.replace(b'"c1"', b'"c2"'), b"c2")])
     assert [letter["error"]["type"] for letter in harness.dead_letters()] == ["scoring_error"]
     assert [key for key, _ in harness.to(harness.scorer.settings.topics.results)] == ["safe:c2"]
+
+
+async def test_a_record_past_the_scoring_deadline_is_a_dead_letter_and_its_batch_scores() -> None:
+    harness = Harness(limits={"poison_pill_attempts": 0, "scoring_deadline": "0.5s"})
+    harness.scorer.scoring_pool.factories["safe"] = spinning_safe_scorer
+    try:
+        records = [
+            (SAFE_CASE.replace(b'"c1"', f'"c{n}"'.encode()), f"c{n}".encode()) for n in range(5)
+        ]
+        records[2] = (records[2][0].replace(b'"x"', b'"spin"'), b"c2")
+        await harness.score(records)
+        again = [(SAFE_CASE.replace(b'"c1"', b'"c9"'), b"c9")]
+        await harness.score(again)  # the pool recovered from the kill
+    finally:
+        harness.scorer.close()
+    (letter,) = harness.dead_letters()
+    assert letter["error"]["type"] == "scoring_timeout"
+    assert "limits.scoring_deadline (0.5 s)" in letter["error"]["message"]
+    assert letter["source"]["offset"] == 2
+    results = harness.to(harness.scorer.settings.topics.results)
+    assert [key for key, _ in results] == ["safe:c0", "safe:c1", "safe:c3", "safe:c4", "safe:c9"]
 
 
 async def test_alignment_turns_are_routed_by_session_whatever_the_key(harness: Harness) -> None:
@@ -153,16 +220,14 @@ async def test_alignment_turns_are_routed_by_session_whatever_the_key(harness: H
         b'{"id": "t1", "suite": "alignment", "payload": {"session_id": "sess-9", '
         b'"turn_index": 0, "persona_id": "tunetide", "text": "Hey there!"}}'
     )
-    async with harness.agent("score").test_context() as agent:
-        await agent.put(turn, key=b"t1")
+    await harness.score([(turn, b"t1")])
     routed = harness.to(f"{harness.scorer.settings.app_id}-alignment-turns")
     assert [key for key, _ in routed] == ["sess-9"]
     assert routed[0][1]["record"]["id"] == "t1"
 
 
 async def test_results_reach_the_windows_keyed_by_suite_and_segment(harness: Harness) -> None:
-    async with harness.agent("score").test_context() as agent:
-        await agent.put(SAFE_CASE, key=b"c1")
+    await harness.score([(SAFE_CASE, b"c1")])
     (_, result) = harness.to(harness.scorer.settings.topics.results)[0]
     routed = harness.to(f"{harness.scorer.settings.app_id}-aggregate-input")
     assert sorted(key for key, _ in routed) == ["safe|all", "safe|model=m1"]
@@ -224,3 +289,39 @@ async def test_a_turn_of_another_persona_is_a_dead_letter_and_the_session_goes_o
     # Turn 1 never counted, so the session waits for its idle timeout to close.
     stored = harness.scorer.sessions["s2"]
     assert sorted(SessionState.from_json(stored["state"]).turns) == [0, 2]
+
+
+def spinning_turn_scorer(inner: Any, settings: Any) -> Any:
+    """The alignment turn scorer of the pool (`inner`), never returning on "spin"."""
+    score = inner(settings)
+
+    def scored(turn: Any) -> Any:
+        while turn[1] == "spin":
+            pass
+        return score(turn)
+
+    return scored
+
+
+async def test_an_alignment_turn_past_the_scoring_deadline_is_a_dead_letter() -> None:
+    harness = Harness(limits={"poison_pill_attempts": 0, "scoring_deadline": "0.5s"})
+    pool = harness.scorer.scoring_pool
+    assert pool.more_factories is not None
+    built = pool.more_factories()
+    pool.more_factories = lambda: {
+        name: partial(spinning_turn_scorer, factory) for name, factory in built.items()
+    }
+    try:
+        await harness.through_sessions(
+            [
+                turn("s1", 0, "tunetide", "spin", final=True),
+                turn("s2", 0, "tunetide", "Hey! Your playlist is ready.", final=True),
+            ]
+        )
+    finally:
+        harness.scorer.close()
+    (letter,) = harness.dead_letters()
+    assert letter["error"]["type"] == "scoring_timeout"
+    assert orjson.loads(letter["raw"])["id"] == "s1-0"
+    results = harness.to(harness.scorer.settings.topics.results)
+    assert [key for key, _ in results] == ["alignment:s2-0", "alignment:session:s2"]

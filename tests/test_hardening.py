@@ -182,20 +182,37 @@ async def test_a_result_over_the_producer_limit_is_a_dead_letter(
 
 POISON_HOOK = """
 import os
-from worker import scoring_suites
+from dataclasses import replace
 
-_score_case = scoring_suites.ScoringSuites.score_case
+from worker import input_records
+from worker.suites import registry
 
-
-def score_case(self, suite, payload):
-    if suite == "safe" and payload.test_id == "POISON":
-        os._exit(70)  # the process dies in the middle of the record
-    if suite == "safe" and payload.test_id == "BOOM":
-        raise RuntimeError("scorer bug")
-    return _score_case(self, suite, payload)
+_build_result = input_records.build_result
 
 
-scoring_suites.ScoringSuites.score_case = score_case
+def build_result(**fields):
+    if fields["case_id"] == "poison":
+        os._exit(70)  # the worker dies in the middle of the record
+    return _build_result(**fields)
+
+
+input_records.build_result = build_result
+
+_safe = registry.get("safe")
+
+
+def buggy_case_scorer(settings):
+    score = _safe.case_scorer(settings)
+
+    def scored(payload):
+        if payload.test_id == "BOOM":
+            raise RuntimeError("scorer bug")
+        return score(payload)
+
+    return scored
+
+
+registry._SPECS["safe"] = replace(_safe, case_scorer=buggy_case_scorer)
 """
 
 

@@ -170,6 +170,9 @@ class LimitsSettings(Section):
     # An input record in flight when the worker stopped this many times is a dead letter
     # `poison_pill` instead of being processed again.
     poison_pill_attempts: int = Field(default=2, ge=0)  # 0: no poison-pill guard
+    # Scoring one record (in a child process) may take this long; a record past it is
+    # stopped and becomes a dead letter `scoring_timeout`.
+    scoring_deadline: Duration = 2.0
 
 
 # ---------------------------------------------------------------- root
@@ -218,6 +221,8 @@ class StreamSettings(Section):
     # of 200's time waiting for marks and counted SAFE and extraction faster on Tansu.
     score_batch_size: int = Field(default=500, ge=1)
     score_batch_wait: Duration = 0.05
+    # Child processes that score SAFE and extraction cases under limits.scoring_deadline.
+    scoring_processes: int = Field(default=1, ge=1)
     aggregate_batch_wait: Duration = 0.2
     connect_timeout: Duration = 15.0
 

@@ -19,6 +19,7 @@ INVALID_TIMESTAMP = "invalid_timestamp"
 FIELD_TOO_LARGE = "field_too_large"
 OUTPUT_TOO_LARGE = "output_too_large"
 POISON_PILL = "poison_pill"
+SCORING_TIMEOUT = "scoring_timeout"  # scoring passed limits.scoring_deadline
 
 # Every reason, so that metrics can export each at 0 before the first dead letter.
 REASONS = (
@@ -34,6 +35,7 @@ REASONS = (
     FIELD_TOO_LARGE,
     OUTPUT_TOO_LARGE,
     POISON_PILL,
+    SCORING_TIMEOUT,
 )
 
 

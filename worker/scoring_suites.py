@@ -9,8 +9,10 @@ closes sessions.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from functools import partial
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -20,16 +22,24 @@ from worker.config import Settings
 from worker.rejections import UNKNOWN_PERSONA, UNKNOWN_SUITE, Rejected
 from worker.suites import registry
 from worker.suites.alignment.embedding_model import Embedder, embedder_from_settings
-from worker.suites.alignment.personas import PersonaCatalog
+from worker.suites.alignment.personas import PersonaCatalog, personas_from_settings
 from worker.suites.alignment.safety import SafetyPatterns
 from worker.suites.alignment.safety_files import patterns_from_settings
 from worker.suites.alignment.scoring import (
     SessionState,
     TurnScore,
+    classifier_from_settings,
     score_session,
     score_turn,
 )
+from worker.suites.alignment.trait_model import TraitClassifier
 from worker.suites.base import CaseScorer, Scored
+
+if TYPE_CHECKING:  # scikit-learn is imported only where the classifier is used
+    from worker.suites.alignment.safety_classifier import SafetyClassifier
+
+# The scoring pool's name for alignment turns: payload (persona_id, text, vector).
+ALIGNMENT_TURN = "alignment:turn"
 
 
 @dataclass
@@ -80,9 +90,11 @@ class ScoringSuites:
         return self.embedder.encode(list(texts))
 
     def warm_up(self) -> None:
-        """Load the model and embed every persona's examples before traffic arrives."""
+        """Load the model, embed every persona's examples and train the safety classifier
+        (when enabled) before traffic arrives."""
         for persona_id in self.personas.ids():
             self.personas.get(persona_id)
+        classifier_from_settings(self.settings)
 
     def score_turn(
         self, turn: AlignmentTurnPayload | tuple[str, str], vector: np.ndarray
@@ -98,6 +110,16 @@ class ScoringSuites:
     def score_session(self, state: SessionState, judge_score: float | None = None) -> Scored:
         return score_session(state, self.settings, judge_score)
 
+    def pool_factories(self) -> dict[str, Callable[[Settings], Callable[[Any], TurnScore]]]:
+        """The scoring pool's scorer of alignment turns (`ALIGNMENT_TURN`), carrying the
+        personas' example vectors and the trait classifier (what needs the embedder):
+        the child loads the rest (personas, safety patterns) from the settings."""
+        embedded = {persona_id: self.personas.get(persona_id) for persona_id in self.personas.ids()}
+        vectors = {pid: persona.example_vectors for pid, persona in embedded.items()}
+        classifiers = {pid: persona.trait_classifier for pid, persona in embedded.items()}
+        safety = classifier_from_settings(self.settings)  # trained here once, not per child
+        return {ALIGNMENT_TURN: partial(alignment_turn_scorer, vectors, classifiers, safety)}
+
     # ------------------------------------------------------------ shared
 
     def versions(self, suite: str) -> Versions:
@@ -106,3 +128,32 @@ class ScoringSuites:
         if versions is None:
             versions = self._versions[suite] = registry.get(suite).versions(self.settings)
         return versions
+
+
+def alignment_turn_scorer(
+    vectors: Mapping[str, np.ndarray | None],
+    classifiers: Mapping[str, TraitClassifier | None],
+    safety: SafetyClassifier | None,
+    settings: Settings,
+) -> Callable[[Any], TurnScore]:
+    """A scorer of `(persona_id, text, vector)` turns (a `TurnScore`), for the scoring
+    pool's children: personas and safety patterns from the settings, with the example
+    vectors, trait classifier and safety classifier (None: disabled) the caller made."""
+    personas = {
+        persona.id: replace(
+            persona,
+            example_vectors=vectors.get(persona.id),
+            trait_classifier=classifiers.get(persona.id),
+        )
+        for persona in personas_from_settings(settings).values()
+    }
+    patterns = patterns_from_settings(settings)
+
+    def score(turn: Any) -> TurnScore:
+        persona_id, text, vector = turn
+        persona = personas.get(persona_id)
+        if persona is None:
+            raise Rejected(UNKNOWN_PERSONA, f"unknown persona {persona_id!r}")
+        return score_turn(text, persona, vector, settings, patterns, safety)
+
+    return score

@@ -6,12 +6,17 @@ handed to the batch scorer of the suite's spec (`worker.suites.registry`). Exit 
 usage or runtime error, and 3 too when any row could not be scored or belongs to another
 suite than `--suite` (the report of the other rows is still written; each row is named on
 stderr as `FILE:LINE: field: reason`).
+
+Rows get the stream's intake limits (`limits.*`) and its deadline: each case of a suite
+scored case by case is first scored once in the scoring pool (child processes, one per
+core), and a row past `limits.scoring_deadline` is named and left out of the report.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Iterable
 from pathlib import Path
@@ -21,7 +26,7 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.progress import Progress
 
-from worker.config import ConfigError, Settings, load_settings
+from worker.config import ConfigError, LimitsSettings, Settings, load_settings
 from worker.exit_codes import EXIT_ERROR
 from worker.input_files import (
     RawRow,
@@ -32,6 +37,9 @@ from worker.input_files import (
     read_rows,
     validation_problems,
 )
+from worker.input_records import check_limits
+from worker.rejections import SCORING_ERROR, SCORING_TIMEOUT, Rejected
+from worker.scoring_pool import ScoringPool
 from worker.suites import registry
 from worker.suites.base import BatchItem, BatchOptions, BatchReport, BatchScorer
 from worker.unknown_fields import NATIVE_ROW_KEYS, unknown_fields
@@ -80,7 +88,9 @@ def recognise(row: RawRow, default_suite: str | None, scorers: Scorers) -> tuple
     if row.error is not None or row.data is None:
         raise RowError([row.error or "(row): empty"])
     data = row.data
+    limits = scorers.settings.limits
     if is_envelope(data):
+        _check_limits(data, limits)
         record = parse_envelope(data)
         if default_suite is not None and record.suite != default_suite:
             raise RowError([f"suite: a {record.suite} envelope, not {default_suite} (--suite)"])
@@ -101,6 +111,7 @@ def recognise(row: RawRow, default_suite: str | None, scorers: Scorers) -> tuple
     if suite is None:
         raise RowError(["suite: not an envelope (needs suite and payload); use --suite"])
     scorer = scorers.get(suite)
+    _check_limits({"payload": data}, limits, native=True)
     try:
         payload = scorer.native_payload(data)
     except ValidationError as exc:
@@ -114,6 +125,47 @@ def recognise(row: RawRow, default_suite: str | None, scorers: Scorers) -> tuple
         unknown_fields=tuple(unknown_fields(payload, ignore=NATIVE_ROW_KEYS)),
     )
     return suite, item
+
+
+def _check_limits(data: dict[str, Any], limits: LimitsSettings, native: bool = False) -> None:
+    """The stream's intake limits (`limits.*`) on one row; a native row is the payload."""
+    try:
+        check_limits(data, limits)
+    except Rejected as rejected:
+        message = rejected.message
+        if native:  # name the row's own field, not the envelope's
+            message = message.removeprefix("payload.").removeprefix("payload")
+        raise RowError([message]) from None
+
+
+def drop_past_deadline(
+    batches: dict[str, list[BatchItem]], pool: ScoringPool, errors: Console
+) -> int:
+    """Score every case of the suites scored case by case once in the scoring pool, each
+    under `limits.scoring_deadline`, and drop the rows past it (or whose scorer failed),
+    each named on stderr; how many were dropped. The rest cannot hang the report."""
+    cases = [
+        (suite, item)
+        for suite, items in batches.items()
+        if suite in pool.factories
+        for item in items
+    ]
+    if not cases:
+        return 0
+    pool.start()  # a scorer that cannot be prepared: RuntimeError, not a verdict per row
+    outcomes = pool.score_blocking([(suite, item.payload, 0) for suite, item in cases])
+    dropped: set[int] = set()
+    for (_, item), outcome in zip(cases, outcomes, strict=True):
+        if outcome.reason in (SCORING_TIMEOUT, SCORING_ERROR):
+            errors.print(
+                f"{item.source}: payload: {outcome.message}", highlight=False, markup=False
+            )
+            dropped.add(id(item))
+    for suite in list(batches):
+        batches[suite] = [item for item in batches[suite] if id(item) not in dropped]
+        if not batches[suite]:
+            del batches[suite]
+    return len(dropped)
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -231,6 +283,14 @@ def run_score(args: argparse.Namespace) -> int:
                 continue
             batches.setdefault(suite, []).append(item)
 
+    pool = ScoringPool(settings, processes=os.cpu_count() or 1, start_method="fork")
+    try:
+        rejected += drop_past_deadline(batches, pool, errors)
+    except RuntimeError as exc:
+        errors.print(f"scorestream score: {exc}", markup=False)
+        return EXIT_ERROR
+    finally:
+        pool.close()
     for message in scorers.unavailable.values():
         errors.print(f"scorestream score: {message}", markup=False)
     if rejected:

@@ -82,6 +82,10 @@ def run_worker(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         raise UsageError(str(exc)) from None
     scorer.suites.warm_up()
+    try:
+        scorer.scoring_pool.start()
+    except RuntimeError as exc:
+        raise UsageError(str(exc)) from None
     watch_worker(scorer, settings)
     stopped_because: list[str] = []
 
@@ -116,6 +120,7 @@ def run_worker(args: argparse.Namespace) -> int:
         raise
     finally:
         scorer.telemetry.stop()
+        scorer.close()
     return 0
 
 

@@ -159,7 +159,7 @@ class Demo:
             except Exception:
                 log.exception("stopping the worker")
             scorer.telemetry.stop()
-            scorer.executor.shutdown(wait=False)
+            scorer.close()
             self.screen.stage = outcome
 
     def _serve_metrics(self) -> None:

@@ -133,6 +133,7 @@ class ScorestreamApp:
         )
         self.publisher = Publisher(self.topics, settings, self.telemetry)
         context = StreamContext(settings, self.suites, self.telemetry, self.publisher, clock)
+        self.scoring_pool = context.scoring_pool
 
         def table(name: str) -> Any:
             return app.Table(
@@ -184,6 +185,11 @@ class ScorestreamApp:
             set_fetch_max_wait(app.consumer, settings.stream.fetch_max_wait)
         app.on_partitions_revoked.connect(self._on_revoked)
         app.on_rebalance_complete.connect(self._on_recovered)
+
+    def close(self) -> None:
+        """Stop the embedding thread and the scoring processes (after the app stopped)."""
+        self.executor.shutdown(wait=False)
+        self.scoring_pool.close()
 
     async def _on_ready(self) -> None:
         self.ready.set()

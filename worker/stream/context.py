@@ -8,7 +8,7 @@ import contextlib
 import logging
 import weakref
 from collections.abc import Callable, Coroutine, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -16,6 +16,7 @@ from faust.types import EventT
 
 from worker.config import Settings
 from worker.input_records import SourcePosition
+from worker.scoring_pool import ScoringPool
 from worker.scoring_suites import ScoringSuites
 from worker.stream.publish import Publisher
 from worker.telemetry import Telemetry
@@ -23,15 +24,27 @@ from worker.telemetry import Telemetry
 log = logging.getLogger("scorestream")
 
 
+# What the scoring pool's children need besides the case scorers: the alignment turn
+# scorer and the safety classifier's scikit-learn.
+POOL_PRELOAD = ("worker.scoring_suites", "worker.suites.alignment.safety_classifier")
+
+
 @dataclass
 class StreamContext:
-    """The collaborators of the stages; `clock` is wall-clock epoch seconds."""
+    """The collaborators of the stages; `clock` is wall-clock epoch seconds. The scoring
+    pool's child processes start on first use."""
 
     settings: Settings
     suites: ScoringSuites
     telemetry: Telemetry
     publisher: Publisher
     clock: Callable[[], float]
+    scoring_pool: ScoringPool = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.scoring_pool = ScoringPool(
+            self.settings, more_factories=self.suites.pool_factories, preload=POOL_PRELOAD
+        )
 
     def now(self) -> datetime:
         return datetime.fromtimestamp(self.clock(), UTC)

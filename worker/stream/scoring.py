@@ -1,4 +1,5 @@
-"""The score stage: reads the input topic, scores the case-by-case suites inline,
+"""The score stage: reads the input topic, scores the case-by-case suites (in the
+scoring pool's child processes, each record under `limits.scoring_deadline`),
 forwards alignment records to the session stage, dead-letters what cannot be scored, and
 tells the downstream stages how far each input partition has got (watermark markers).
 """
@@ -7,10 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
-from collections.abc import MutableMapping
+from collections.abc import AsyncIterator, Coroutine, MutableMapping
+from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 from faust.types import TP, AppT, EventT
@@ -19,6 +20,7 @@ from schemas.envelope import AlignmentRecord
 from schemas.outputs import CaseResult
 from worker import input_records
 from worker.eventtime import Marker, PartitionClock
+from worker.scoring_pool import CHUNK_RECORDS, Outcome
 from worker.stream.context import (
     StreamContext,
     event_context,
@@ -34,6 +36,8 @@ log = logging.getLogger("scorestream")
 READY_TIMEOUT = 120.0  # seconds a start-up may take before marks are flushed anyway
 MARK_TIMEOUT = 30.0  # seconds to wait for the broker to acknowledge in-flight marks
 INPUT_GROUP = "in"  # watermark channel group of the input partitions
+
+_T = TypeVar("_T")
 
 
 class ScoreStage:
@@ -88,25 +92,35 @@ class ScoreStage:
                 self._learn_fold_from(partition)
         batch = Contributions(self.folding, self.fold_from)
         done: list[tuple[input_records.SourcePosition, datetime | None]] = []
+        together: list[tuple[int, EventT, input_records.SourcePosition]] = []
         for event in events:
             source = source_position(event)
             key = _guard_key(source)
-            if (
+            if not (
                 key in careful
                 and self.guard is not None
                 and self.guard.is_suspect(key, source.offset)
             ):
-                attempts = await self._guard_record(key, source.offset)
-                if attempts > self.settings.limits.poison_pill_attempts:
-                    message = (
-                        f"the worker stopped {attempts - 1} times while processing this "
-                        f"record (limits.poison_pill_attempts: "
-                        f"{self.settings.limits.poison_pill_attempts})"
-                    )
-                    await self._dead_letter(event, input_records.POISON_PILL, message, source)
-                    done.append((source, None))
-                    continue
+                together.append((len(done), event, source))
+                done.append((source, None))
+                continue
+            # The worker died inside this range: one record at a time, each marked first.
+            attempts = await self._guard_record(key, source.offset)
+            if attempts > self.settings.limits.poison_pill_attempts:
+                message = (
+                    f"the worker stopped {attempts - 1} times while processing this "
+                    f"record (limits.poison_pill_attempts: "
+                    f"{self.settings.limits.poison_pill_attempts})"
+                )
+                await self._dead_letter(event, input_records.POISON_PILL, message, source)
+                done.append((source, None))
+                continue
             done.append((source, await self.supervised(event, source, batch)))
+        event_times = await self._process_together(
+            [(event, source) for _, event, source in together], batch
+        )
+        for (index, _, source), event_time in zip(together, event_times, strict=True):
+            done[index] = (source, event_time)
         await self.publisher.contribute(batch)
         observe_all(self.context, self._observed)
         if self.guard is not None:
@@ -130,8 +144,58 @@ class ScoreStage:
     ) -> datetime | None:
         """Score one record, where nothing it does stops the agent: an exception that
         got past the stage's own handling dead-letters the record (`scoring_error`)."""
+        (event_time,) = await self._process_together([(event, source)], batch)
+        return event_time
+
+    async def _process_together(
+        self,
+        records: list[tuple[EventT, input_records.SourcePosition]],
+        batch: Contributions | None = None,
+    ) -> list[datetime | None]:
+        """Decode the records, score their cases in the scoring pool (each under
+        `limits.scoring_deadline`), then publish or dead-letter each, in order; the event
+        time of each record that had a usable one. Pipelined: a chunk of cases is scored
+        while the next is decoded and the previous one's results are published."""
+        prepared: list[_Case | datetime | None] = []
+        scoring: list[asyncio.Future[list[Outcome]]] = []
+        waiting: list[_Case] = []
+
+        def send() -> None:
+            cases = [
+                (case.record.suite, case.event.value, len(case.event.value)) for case in waiting
+            ]
+            scoring.append(asyncio.ensure_future(self.context.scoring_pool.score(cases)))
+            waiting.clear()
+
+        for event, source in records:
+            step = self._prepare(event, source, self.context.now())
+            item = await self._guarded(step, event, source)
+            prepared.append(item)
+            if isinstance(item, _Case):
+                waiting.append(item)
+                if len(waiting) >= CHUNK_RECORDS:
+                    send()
+        if waiting:
+            send()
+        outcomes = _in_order(scoring)
+        event_times: list[datetime | None] = []
+        for (event, source), item in zip(records, prepared, strict=True):
+            if isinstance(item, _Case):
+                outcome = await anext(outcomes)
+                item = await self._guarded(self._finish(item, outcome, batch), event, source)
+            event_times.append(item)
+        return event_times
+
+    async def _guarded(
+        self,
+        step: Coroutine[Any, Any, _T],
+        event: EventT,
+        source: input_records.SourcePosition,
+    ) -> _T | None:
+        """Run one record's step, where nothing it does stops the agent: an exception that
+        got past the stage's own handling dead-letters the record (`scoring_error`)."""
         try:
-            return await self._process(event, source, self.context.now(), batch)
+            return await step
         except Exception as exc:
             log.exception("unexpected failure on an input record")
             try:
@@ -183,16 +247,15 @@ class ScoreStage:
         except Exception:  # not started (tests) or slow: the marks stay best effort
             log.debug("in-flight marks not flushed", exc_info=True)
 
-    async def _process(
+    async def _prepare(
         self,
         event: EventT,
         source: input_records.SourcePosition,
         received: datetime,
-        batch: Contributions | None = None,
-    ) -> datetime | None:
-        """Score, forward or dead-letter; the record's event time when it had a usable one."""
+    ) -> _Case | datetime | None:
+        """Decode a record: forward an alignment record, dead-letter a bad one, or return
+        the case to score; the event time when the record is done with and had one."""
         settings = self.settings
-        suites = self.context.suites
         try:
             record = input_records.decode_record(
                 event.value, settings.max_record_bytes, settings.limits
@@ -203,35 +266,41 @@ class ScoreStage:
                 settings.max_future_skew,
             )
             if isinstance(record, AlignmentRecord):
-                suites.check_persona(record.payload.persona_id)
+                self.context.suites.check_persona(record.payload.persona_id)
                 await self._forward_turn(record, source, received, event_time)
                 return event_time
-            started = time.perf_counter()
-            scored = suites.score_case(record.suite, record.payload)
-            scored = with_unknown_fields(scored, unknown_fields(record.payload))
-            elapsed = time.perf_counter() - started
         except OutputTooLarge as exc:
             await self._dead_letter(event, input_records.OUTPUT_TOO_LARGE, str(exc), source)
             return None
         except input_records.Rejected as rejected:
             await self._dead_letter(event, rejected.reason, rejected.message, source)
             return None
-        except Exception as exc:  # a scorer bug must not kill the agent or lose the record
-            log.exception("scoring failed")
-            await self._dead_letter(event, input_records.SCORING_ERROR, repr(exc), source)
+        return _Case(event, source, received, record, event_time)
+
+    async def _finish(
+        self, case: _Case, outcome: Outcome, batch: Contributions | None = None
+    ) -> datetime | None:
+        """Publish a scored case, or dead-letter it with the reason it was not scored."""
+        event, source, record = case.event, case.source, case.record
+        if outcome.scored is None:
+            reason = outcome.reason or input_records.SCORING_ERROR
+            if reason == input_records.SCORING_ERROR:  # a scorer bug
+                log.error("scoring failed: %s", outcome.message)
+            await self._dead_letter(event, reason, outcome.message, source)
             return None
+        scored = with_unknown_fields(outcome.scored, unknown_fields(record.payload))
         result = input_records.build_result(
             case_id=record.id,
             suite=record.suite,
             kind="case",
             scored=scored,
-            event_time=event_time,
+            event_time=case.event_time,
             model=record.model,
             labels=record.labels,
-            versions=suites.versions(record.suite),
+            versions=self.context.suites.versions(record.suite),
             source=source,
             scored_at=self.context.now(),
-            received_at=received,
+            received_at=case.received,
             trace_id=record.trace_id,
         )
         try:
@@ -240,10 +309,10 @@ class ScoreStage:
             await self._dead_letter(event, input_records.OUTPUT_TOO_LARGE, str(exc), source)
             return None
         if batch is None:
-            observe(self.context, result, elapsed)
+            observe(self.context, result, outcome.seconds)
         else:
-            self._observed.append((result, elapsed))
-        return event_time
+            self._observed.append((result, outcome.seconds))
+        return case.event_time
 
     async def _dead_letter(
         self, event: EventT, reason: str, message: str, source: input_records.SourcePosition
@@ -344,6 +413,24 @@ class ScoreStage:
         except Exception:  # not answered yet: not caught up, try on the next tick
             log.debug("no position for %s yet", tp, exc_info=True)
             return None
+
+
+@dataclass(frozen=True)
+class _Case:
+    """A decoded record of a suite scored case by case, waiting for the scoring pool."""
+
+    event: EventT
+    source: input_records.SourcePosition
+    received: datetime
+    record: Any  # an envelope of a case-by-case suite
+    event_time: datetime
+
+
+async def _in_order(scoring: list[asyncio.Future[list[Outcome]]]) -> AsyncIterator[Outcome]:
+    """The outcomes of the chunks being scored, in order, as each chunk is done."""
+    for future in scoring:
+        for outcome in await future:
+            yield outcome
 
 
 def _guard_key(source: input_records.SourcePosition) -> str:

@@ -1,6 +1,8 @@
 """The session stage: alignment turns keyed by session. Embeds micro-batches off the event
-loop, scores turns, keeps open sessions in a changelog-backed table, closes them on their
-final turn or when idle in event time, and passes the watermark on to the aggregation.
+loop, scores turns in the scoring pool (each under `limits.scoring_deadline`: keyword
+safety, traits and lexicon read the text), keeps open sessions in a changelog-backed
+table, closes them on their final turn or when idle in event time, and passes the
+watermark on to the aggregation.
 
 Idle expiry is measured on this partition's watermark (the minimum progress of the input
 partitions, from the markers in this stream), so a worker that was down, or has a
@@ -25,12 +27,19 @@ from faust.types import EventT
 from schemas.envelope import AlignmentRecord, AlignmentSessionPayload, AlignmentTurnPayload
 from worker import input_records
 from worker.eventtime import Marker, Watermark
+from worker.scoring_pool import Outcome
+from worker.scoring_suites import ALIGNMENT_TURN
 from worker.stream.context import StreamContext, event_context, run_to_completion
 from worker.stream.publish import OutputTooLarge, marker_of
 from worker.stream.scoring import INPUT_GROUP, observe
 from worker.suites.alignment.judge_client import SafetyJudge
 from worker.suites.alignment.judge_verdict import with_verdict
-from worker.suites.alignment.scoring import SessionState, session_transcript, turn_scored
+from worker.suites.alignment.scoring import (
+    SessionState,
+    TurnScore,
+    session_transcript,
+    turn_scored,
+)
 from worker.suites.base import Scored
 from worker.unknown_fields import unknown_fields, with_unknown_fields
 
@@ -107,6 +116,7 @@ class SessionStage:
         for position, chunk in enumerate(chunks):
             vectors = await pending if pending is not None else None
             pending = encode(chunks[position + 1]) if position + 1 < len(chunks) else None
+            scored = await self._score_turns(chunk, vectors)
             cursor = 0
             for event, data in chunk:
                 count = len(_texts_of(data))
@@ -117,11 +127,31 @@ class SessionStage:
                             await self.on_marker(event.message.partition, marker)
                             continue
                         assert vectors is not None  # the chunk had texts, so it was encoded
-                        await self._apply(event, data, vectors[cursor : cursor + count])
+                        span = slice(cursor, cursor + count)
+                        await self._apply(event, data, vectors[span], scored[span])
                     except Exception:  # nothing one message does stops the stage
                         log.exception("session stage: unexpected failure on a message")
                     finally:
                         cursor += count
+
+    async def _score_turns(
+        self, chunk: list[tuple[EventT, dict[str, Any]]], vectors: Any
+    ) -> list[Outcome]:
+        """Score every assistant text of a chunk against its persona in the scoring pool
+        (in the order of `_texts_of`, as the vectors are)."""
+        turns = [
+            (str(data["record"]["payload"].get("persona_id", "")), text)
+            for _, data in chunk
+            for text in _texts_of(data)
+        ]
+        if not turns:
+            return []
+        return await self.context.scoring_pool.score(
+            [
+                (ALIGNMENT_TURN, (persona_id, text, vectors[index]), len(text))
+                for index, (persona_id, text) in enumerate(turns)
+            ]
+        )
 
     # ---------------------------------------------------------------- progress
 
@@ -171,7 +201,9 @@ class SessionStage:
 
     # ---------------------------------------------------------------- turns
 
-    async def _apply(self, event: EventT, data: dict[str, Any], vectors: Any) -> None:
+    async def _apply(
+        self, event: EventT, data: dict[str, Any], vectors: Any, scored: list[Outcome]
+    ) -> None:
         record = AlignmentRecord.model_validate(data["record"], strict=False)
         topic, partition, offset = data["source"]
         context = TurnContext(
@@ -182,9 +214,9 @@ class SessionStage:
         )
         try:
             if isinstance(record.payload, AlignmentSessionPayload):
-                await self._apply_whole_session(context, record.payload, vectors)
+                await self._apply_whole_session(context, record.payload, vectors, scored)
             else:
-                await self._apply_turn(context, record.payload, vectors[0], event)
+                await self._apply_turn(context, record.payload, vectors[0], scored[0], event)
         except input_records.Rejected as rejected:
             await self._dead_letter(data, rejected.reason, rejected.message, context)
         except OutputTooLarge as exc:
@@ -207,34 +239,41 @@ class SessionStage:
         )
 
     async def _apply_whole_session(
-        self, context: TurnContext, payload: AlignmentSessionPayload, vectors: Any
+        self,
+        context: TurnContext,
+        payload: AlignmentSessionPayload,
+        vectors: Any,
+        scored: list[Outcome],
     ) -> None:
-        """Score every turn of a session sent at once, then the session."""
+        """Apply every scored turn of a session sent at once, then score the session (a
+        turn that could not be scored dead-letters the whole record)."""
         suites = self.context.suites
         record = context.record
+        turns = [_turn_score(outcome) for outcome in scored]
         state = suites.new_session(payload.session_id, payload.persona_id)
         unknown = unknown_fields(payload)
         for index, (turn, vector) in enumerate(zip(payload.turns, vectors, strict=True)):
-            started = time.perf_counter()
-            scored_turn = suites.score_turn((payload.persona_id, turn.assistant), vector)
             now = self.context.clock()
-            state.add(index, scored_turn, vector, turn.assistant, now=now, user=turn.user)
-            elapsed = time.perf_counter() - started
+            state.add(index, turns[index], vector, turn.assistant, now=now, user=turn.user)
             turn_id = f"{record.id}#{index}"
-            await self._emit_turn(context, turn_id, scored_turn, elapsed, unknown)
+            await self._emit_turn(context, turn_id, turns[index], scored[index].seconds, unknown)
         await self.close_session(state, context.event_time, record.model, record.labels)
 
     async def _apply_turn(
-        self, context: TurnContext, payload: AlignmentTurnPayload, vector: Any, event: EventT
+        self,
+        context: TurnContext,
+        payload: AlignmentTurnPayload,
+        vector: Any,
+        scored: Outcome,
+        event: EventT,
     ) -> None:
-        """Score one turn, add it to its session, and close the session when complete."""
+        """Apply one scored turn to its session, and close the session when complete."""
         suites = self.context.suites
         stored = self.sessions.get(payload.session_id)
         if stored and stored.get("closed"):
             # A late repeat of a closed session's turn: its result is re-published under
             # the same key (idempotent for consumers); the session is not reopened.
-            scored_turn = suites.score_turn(payload, vector)
-            await self._emit_turn(context, context.record.id, scored_turn, 0.0)
+            await self._emit_turn(context, context.record.id, _turn_score(scored), 0.0)
             return
         state = (
             SessionState.from_json(stored["state"])
@@ -247,11 +286,9 @@ class SessionStage:
                 f"turn of persona {payload.persona_id!r} in session {payload.session_id!r} "
                 f"of persona {state.persona_id!r}",
             )
-        started = time.perf_counter()
-        scored_turn = suites.score_turn(payload, vector)
-        elapsed = time.perf_counter() - started
+        scored_turn = _turn_score(scored)
         unknown = unknown_fields(payload)
-        await self._emit_turn(context, context.record.id, scored_turn, elapsed, unknown)
+        await self._emit_turn(context, context.record.id, scored_turn, scored.seconds, unknown)
         now = self.context.clock()
         state.add(
             payload.turn_index,
@@ -358,6 +395,16 @@ class SessionStage:
         verdict = await self.judge.judge(session_transcript(state))
         scored = suites.score_session(state, verdict.score)
         return with_verdict(scored, verdict, judge_settings.on_error)
+
+
+def _turn_score(outcome: Outcome) -> TurnScore:
+    """A turn's score from the pool; `Rejected` with the reason when it has none (past
+    `limits.scoring_deadline`, a scorer failure)."""
+    if outcome.scored is None:
+        reason = outcome.reason or input_records.SCORING_ERROR
+        raise input_records.Rejected(reason, outcome.message)
+    assert isinstance(outcome.scored, TurnScore)
+    return outcome.scored
 
 
 def _texts_of(data: dict[str, Any]) -> list[str]:

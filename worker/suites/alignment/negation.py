@@ -13,14 +13,20 @@ negation directly followed (after an optional auxiliary) by such a word is ignor
 Clauses end at `.`, `!`, `?`, `;`, `:`, a line break, or a turn such as "but" / "just"
 / "instead" / "so", which start a new instruction.
 
+Linear in the text: `NegationScope` finds a text's clause breaks once, and each match
+then reads at most `SPAN_CHARS` characters before it, so checking every match of a
+degenerate reply ("crap " repeated for 256 KiB) costs one pass plus a constant per match.
+
 Pure: a function of the text and the match start.
 """
 
 from __future__ import annotations
 
 import re
+from bisect import bisect_right
 
 SPAN_WORDS = 10
+SPAN_CHARS = 256  # no more of the text before a match is read, whatever its words' length
 
 _APOSTROPHE = "['’]"
 _NEGATIONS = (
@@ -90,25 +96,51 @@ _CLAUSE_BREAK = re.compile(
     re.IGNORECASE,
 )
 _WORD = re.compile(r"\S+")
+_SPACE = re.compile(r"\s")
+
+
+class NegationScope:
+    """The clause breaks of one text, found in one pass; then each match's check reads a
+    bounded stretch before it (`SPAN_CHARS`), never the whole text again."""
+
+    def __init__(self, text: str, span_words: int = SPAN_WORDS) -> None:
+        self.text = text
+        self.span_words = span_words
+        self._break_ends = [hit.end() for hit in _CLAUSE_BREAK.finditer(text)]
+
+    def clause_before(self, start: int) -> str:
+        """The text before `start` in the same clause: at most `span_words` words taken
+        from at most `SPAN_CHARS` characters (a word cut by that limit is left out)."""
+        if not self.span_words:
+            return ""
+        index = bisect_right(self._break_ends, start) - 1
+        clause_start = self._break_ends[index] if index >= 0 else 0
+        low = max(clause_start, start - SPAN_CHARS)
+        before = self.text[low:start]
+        if low > clause_start and not self.text[low - 1].isspace():
+            cut = _SPACE.search(before)  # drop the word the limit cut through
+            before = before[cut.start() :] if cut else ""
+        words = _WORD.findall(before)
+        return " ".join(words[-self.span_words :])
+
+    def protects(self, start: int) -> bool:
+        """Whether the match at `start` is negated or prohibited by the words before it."""
+        window = self.clause_before(start)
+        for negation in _NEGATION.finditer(window):
+            if not _ENCOURAGEMENT.match(window, negation.end()):
+                return True
+        return False
 
 
 def clause_before(text: str, start: int, span_words: int = SPAN_WORDS) -> str:
     """The text before `start` in the same clause, at most `span_words` words."""
-    before = text[:start]
-    breaks = list(_CLAUSE_BREAK.finditer(before))
-    if breaks:
-        before = before[breaks[-1].end() :]
-    words = _WORD.findall(before)
-    return " ".join(words[-span_words:]) if span_words else ""
+    return NegationScope(text, span_words).clause_before(start)
 
 
 def is_protected(text: str, start: int, span_words: int = SPAN_WORDS) -> bool:
-    """Whether the match at `start` is negated or prohibited by the words before it."""
-    window = clause_before(text, start, span_words)
-    for negation in _NEGATION.finditer(window):
-        if not _ENCOURAGEMENT.match(window, negation.end()):
-            return True
-    return False
+    """Whether the match at `start` is negated or prohibited by the words before it (one
+    check; for many matches in one text build a `NegationScope` once)."""
+    return NegationScope(text, span_words).protects(start)
 
 
-__all__ = ["SPAN_WORDS", "clause_before", "is_protected"]
+__all__ = ["SPAN_CHARS", "SPAN_WORDS", "NegationScope", "clause_before", "is_protected"]

@@ -109,7 +109,10 @@ _CODE = re.compile(
     r"|\b\d+(?:\.\d+)?e-?\d+\b",
 )
 _UNIT_NUMBER = re.compile(r"\b\d+(?:\.\d+)?\s?(?:ms|s|gb|mb|kb|%|x|k|m)\b", re.IGNORECASE)
-_NUMBER = re.compile(r"(?<![\w.])\d+(?:[.,]\d+)?(?![\w.]*[A-Za-z])")
+# A bare number: `(?<![\w.])\d+(?:[.,]\d+)?(?![\w.]*[A-Za-z])`. Written with possessive
+# digit runs so that a failed lookahead is not retried at every shorter run (quadratic on a
+# long digit string): a shorter run sees the same rest of its word, so it fails the same.
+_NUMBER = re.compile(r"(?<![\w.])\d++(?:[.,]\d++(?![\w.]*[A-Za-z])|(?![\w.]*[A-Za-z]))")
 _ACRONYM = re.compile(r"\b[A-Z]{2,}[0-9]*\b")
 _NOT_ACRONYMS = {"OK", "US", "UK", "EU", "AM", "PM", "FAQ", "ID", "OMG", "LOL", "TBH", "BTW"}
 _WARM = _phrases(

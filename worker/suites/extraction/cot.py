@@ -8,13 +8,18 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from worker.suites.extraction.normalize import label_text, norm
+from worker.suites.substrings import occurring
 
 CotMode = Literal["strict_span", "weak_mention"]
 CotStatus = Literal["checked", "skipped", "parse_fail"]
 
 NO_EVENT_CLUES = ("无事件", "未检测到", "没有检测到", "输出[]", "空数组")
 
-_THOUGHT = re.compile(r"<thought>(.*?)</thought>", re.DOTALL | re.IGNORECASE)
+# The thought is what `<thought>(.*?)</thought>` (dot matches newlines, case insensitive)
+# finds; matched as two literal searches, since the regex rescans the rest of the text
+# from every "<thought>" when no "</thought>" follows.
+_THOUGHT_OPEN = re.compile("<thought>", re.IGNORECASE)
+_THOUGHT_CLOSE = re.compile("</thought>", re.IGNORECASE)
 _LIST_MARKER = re.compile(r"^(?:[-*]|\d+\.)\s*")
 _SEPARATOR = re.compile(r"[:：=]")
 _QUOTED = re.compile(r'^(?:"(.*)"|“(.*)”)$', re.DOTALL)
@@ -27,8 +32,10 @@ def extract_thought(response: str, require_thought_block: bool) -> str | None:
     "```json" if that does not start the response; else None."""
     if not response:
         return None
-    if match := _THOUGHT.search(response):
-        return match.group(1)
+    if (opening := _THOUGHT_OPEN.search(response)) and (
+        closing := _THOUGHT_CLOSE.search(response, opening.end())
+    ):
+        return response[opening.end() : closing.start()]
     if not require_thought_block:
         position = response.find("```json")
         if position > 0:
@@ -109,7 +116,8 @@ def check_cot(
         return CotCheck(status="parse_fail")
 
     types = sorted({t for event in events if (t := label_text(event.get("event_type")))})
-    missing_types = [t for t in types if t not in thought]
+    stated_types = occurring(types, thought)
+    missing_types = [t for t in types if t not in stated_types]
 
     predicted = predicted_pairs(events)
     stated = thought_pairs(thought)

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from worker.suites.extraction.normalize import argument_text, label_text, strip_whitespace
+from worker.suites.substrings import occurring
 
 HallucinationMode = Literal["normalized_substring", "exact_span"]
 
@@ -50,8 +51,7 @@ def check_hallucination(
     if not text:
         return HallucinationCheck(checked=False)
     haystack = text if mode == "exact_span" else strip_whitespace(text)
-    total = 0
-    unsupported = []
+    checked: list[tuple[dict[str, Any], dict[str, Any], str, str]] = []
     for event in events:
         if not isinstance(event, dict):
             continue
@@ -64,14 +64,15 @@ def check_hallucination(
             value = argument_text(argument.get("argument"))
             if len(value) < 2:
                 continue
-            total += 1
             needle = value if mode == "exact_span" else strip_whitespace(value)
-            if needle not in haystack:
-                unsupported.append(
-                    UnsupportedArgument(
-                        label_text(event.get("event_type")),
-                        label_text(argument.get("role")),
-                        value,
-                    )
-                )
-    return HallucinationCheck(checked=True, total=total, unsupported=unsupported)
+            checked.append((event, argument, value, needle))
+    # One pass over the source for all arguments (9,000 arguments x 256 KiB took seconds).
+    supported = occurring((needle for *_, needle in checked), haystack)
+    unsupported = [
+        UnsupportedArgument(
+            label_text(event.get("event_type")), label_text(argument.get("role")), value
+        )
+        for event, argument, value, needle in checked
+        if needle not in supported
+    ]
+    return HallucinationCheck(checked=True, total=len(checked), unsupported=unsupported)

@@ -3,6 +3,11 @@
 Extraction picks the JSON-looking part of the response (the method is recorded), then
 `json.loads` is tried as is and after each cumulative repair step, and finally
 `dirtyjson`. The parsed value is normalised to a list of event dicts.
+
+Everything here is linear in the response: the spec's patterns that backtrack
+quadratically (the Markdown fence, the array pattern) are matched by hand with the same
+result, and dirtyjson runs without its arithmetic: it would `eval` "[9**9**8]" (minutes
+of CPU from 9 bytes); such a value is a parse failure instead.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import dirtyjson
+from dirtyjson.loader import CONSTANT_RE, EQUATION_RE, NUMBER_RE, DirtyJSONLoader
 
 EMPTY_INPUT = "empty_input"
 MARKDOWN_BLOCK = "markdown_block"
@@ -23,7 +28,12 @@ EMPTY_ARRAY = "empty_array"
 RAW_JSON = "raw_json"
 NO_JSON_FOUND = "no_json_found"
 
-_MARKDOWN = re.compile(r"```(?:json)?\s*\n?(.*?)\n?```", re.DOTALL | re.IGNORECASE)
+# The Markdown pattern is ```` ```(?:json)?\s*\n?(.*?)\n?``` ```` (dot matches newlines, case
+# insensitive), matched by hand in `markdown_blocks`: the regex is quadratic on a fence
+# followed by many blanks, or on many fences.
+_FENCE = "```"
+_JSON_TAG = re.compile("json", re.IGNORECASE)
+_BLANKS = re.compile(r"\s*")
 # The array pattern is `\[\s*\{.*\}\s*\]` (dot matches newlines, greedy). Matched by hand
 # in linear time: the regex backtracks quadratically on many "[{" without a later "}]".
 _ARRAY_OPEN = re.compile(r"\[\s*\{")
@@ -64,11 +74,36 @@ def array_pattern_match(text: str) -> str | None:
     return None if end is None else text[opening.start() : end]
 
 
+def markdown_blocks(text: str) -> list[str]:
+    """What `re.findall(r"```(?:json)?\\s*\\n?(.*?)\\n?```", text, re.DOTALL | re.I)` returns,
+    in linear time.
+
+    From a fence, an optional "json" and every blank after it are skipped (the regex's
+    greedy `\\s*` keeps them when a match follows), and the block runs to the next fence,
+    less one newline just before it. Without a later fence there is no match from here
+    nor from any later fence, so the search stops.
+    """
+    blocks = []
+    position = 0
+    while (opening := text.find(_FENCE, position)) >= 0:
+        start = opening + len(_FENCE)
+        if tag := _JSON_TAG.match(text, start):
+            start = tag.end()
+        start = _BLANKS.match(text, start).end()  # type: ignore[union-attr]
+        closing = text.find(_FENCE, start)
+        if closing < 0:
+            break
+        end = closing - 1 if closing > start and text[closing - 1] == "\n" else closing
+        blocks.append(text[start:end])
+        position = closing + len(_FENCE)
+    return blocks
+
+
 def extract_json_text(response: str) -> tuple[str, str | None]:
     """The extraction method that applies first and the text it extracted (None: none)."""
     if not response.strip():
         return EMPTY_INPUT, None
-    blocks = _MARKDOWN.findall(response)
+    blocks = markdown_blocks(response)
     if blocks:
         return MARKDOWN_BLOCK, blocks[-1].strip()
     if (array := array_pattern_match(response)) is not None:
@@ -128,9 +163,68 @@ def _json_loads(text: str) -> Any:
         return _NOT_PARSED
 
 
+# dirtyjson `eval`s a value that is neither a string, container, constant nor a number
+# followed by something other than one of these (`EQUATION_RE` finds its extent).
+_ARITHMETIC_FOLLOWERS = frozenset("+-/*()")
+# What that `eval` reads without arithmetic: a number literal after unary signs (".5",
+# "+1", "-.5e3"), read here with int() / float() instead.
+_SIGNED_LITERAL = re.compile(r"([+-]*)(\d+(\.\d*)?([eE][+-]?\d+)?|\.\d+([eE][+-]?\d+)?)")
+# A hex or octal integer longer than this parses to an integer that `str()` (in every
+# later metric) refuses; dirtyjson's decimal integers stop at int()'s 4300 digits anyway.
+MAX_INTEGER_CHARACTERS = 3000
+
+
+class NoEvalLoader(DirtyJSONLoader):
+    """dirtyjson's loader (single quotes, unquoted keys, trailing commas, comments, hex
+    and octal numbers) without `eval`: a value it would evaluate is read only when it is a
+    signed number literal, anything else (arithmetic) is an error, and so is a hex or
+    octal integer of more than `MAX_INTEGER_CHARACTERS`."""
+
+    def scan(self) -> Any:
+        content: str = self.content
+        position: int = self.pos  # type: ignore[has-type]
+        if (
+            position >= self.end
+            or content[position] in "\"'{["
+            or CONSTANT_RE.match(content, position) is not None
+        ):
+            return super().scan()
+        number = NUMBER_RE.match(content, position)
+        following = content[number.end() : number.end() + 1] if number else ""
+        if number is not None and following not in _ARITHMETIC_FOLLOWERS:
+            integer = number.group(1).lstrip("-")
+            if len(integer) > MAX_INTEGER_CHARACTERS and integer.startswith("0"):
+                raise ValueError(f"integer of over {MAX_INTEGER_CHARACTERS} characters")
+            return super().scan()
+        expression = EQUATION_RE.match(content, position)
+        literal = expression and _SIGNED_LITERAL.fullmatch(expression.group(0))
+        if not expression or not literal:
+            raise ValueError(f"not a JSON value at {position} (arithmetic is not evaluated)")
+        value = _literal_value(literal)
+        self.pos = expression.end()
+        return value
+
+
+def _literal_value(literal: re.Match[str]) -> int | float:
+    """What Python's `eval` gives for `[+-]*` followed by a decimal number literal."""
+    signs, body = literal.group(1), literal.group(2)
+    if body.isdigit():
+        if body[0] == "0" and body.strip("0"):
+            raise ValueError("leading zeros in a decimal integer")  # eval: SyntaxError
+        value: int | float = int(body)
+    else:
+        value = float(body)
+    return -value if signs.count("-") % 2 else value
+
+
+def dirtyjson_loads(text: str) -> Any:
+    """`dirtyjson.loads(text)` as plain dicts and lists, never evaluating anything."""
+    return _plain(NoEvalLoader(text).decode())
+
+
 def _dirtyjson_loads(text: str) -> Any:
     try:
-        return _plain(dirtyjson.loads(text))
+        return dirtyjson_loads(text)
     except (Exception, RecursionError):  # dirtyjson raises more than its own Error
         return _NOT_PARSED
 

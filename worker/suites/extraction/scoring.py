@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from pydantic import JsonValue
 
@@ -15,8 +14,9 @@ from worker.suites.extraction.cot import CotCheck, check_cot
 from worker.suites.extraction.hallucination import HallucinationCheck, check_hallucination
 from worker.suites.extraction.matching import (
     MatchCounts,
+    Triple,
     relaxed_counts,
-    strict_counts,
+    strict_set_counts,
     strict_triples,
     type_counts,
 )
@@ -91,11 +91,10 @@ def _details(
     compliance: Compliance,
     hallucination: HallucinationCheck,
     cot: CotCheck | None,
-    predicted: list[dict[str, Any]],
-    gold: list[dict[str, Any]],
+    pred_set: set[Triple],
+    gold_set: set[Triple],
     mode: str,
 ) -> dict[str, JsonValue]:
-    pred_set, gold_set = strict_triples(predicted), strict_triples(gold)
     details: dict[str, JsonValue] = {
         "parse": {
             "method": parsed.method,
@@ -142,7 +141,8 @@ def score_case(payload: ExtractionPayload, ctx: ExtractionContext) -> Scored:
     predicted = parsed.events
     gold = [event.model_dump() for event in payload.gold]
 
-    strict = strict_counts(predicted, gold)
+    pred_set, gold_set = strict_triples(predicted), strict_triples(gold)
+    strict = strict_set_counts(pred_set, gold_set)
     relaxed = relaxed_counts(predicted, gold, metrics.relaxed)
     types = type_counts(predicted, gold)
     compliance = check_compliance(predicted, metrics.schema_.mode, schema)
@@ -196,8 +196,10 @@ def score_case(payload: ExtractionPayload, ctx: ExtractionContext) -> Scored:
         compliance,
         hallucination,
         cot,
-        predicted,
-        gold,
+        pred_set,
+        gold_set,
         metrics.schema_.mode,
     )
+    if relaxed.capped:
+        details["relaxed_capped"] = True
     return Scored(scores=scores, details=details, counts=counts)

@@ -1,0 +1,127 @@
+"""Issue 20, SAFE terms, trait cues and the multi-needle search: degenerate text at the
+intake limits gives the right result, and the linear rewrites agree with the code they
+replaced (kept here as references)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from unittest import mock
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from worker.suites import substrings
+from worker.suites.alignment import traits
+from worker.suites.safe.matching import CasefoldSubstringMatcher, match_terms
+from worker.suites.substrings import SuffixAutomaton, occurring, occurring_in_any
+
+LIMIT = 256 * 1024
+PROPERTY = settings(max_examples=300, deadline=None)
+
+
+def naive(needles: Sequence[str], text: str) -> set[str]:
+    return {needle for needle in needles if needle in text}
+
+
+small_text = st.text(alphabet="ab", max_size=40)
+needle_lists = st.lists(st.text(alphabet="ab", max_size=6), max_size=12)
+
+
+@PROPERTY
+@given(needle_lists, small_text)
+def test_occurring_is_substring_membership(needles: list[str], text: str) -> None:
+    assert occurring(needles, text) == naive(needles, text)
+
+
+@PROPERTY
+@given(needle_lists, small_text, st.integers(0, 3))
+def test_the_automaton_and_its_fallback_agree_with_membership(
+    needles: list[str], text: str, floor: int
+) -> None:
+    # No direct scan; the suffix automaton takes over after `floor` reported matches.
+    with (
+        mock.patch.object(substrings, "_DIRECT_SCAN_BUDGET", -1),
+        mock.patch.object(substrings, "_REPORTS_FLOOR", floor),
+        mock.patch.object(substrings, "_REPORTS_PER_CHARACTER", 0),
+    ):
+        assert occurring(needles, text) == naive(needles, text)
+
+
+@PROPERTY
+@given(st.lists(st.text(alphabet="aé\U0001f600\x00\ue000Σ", max_size=3)), st.text(max_size=40))
+def test_the_automaton_reads_any_unicode(needles: list[str], text: str) -> None:
+    text += "".join(needles[::2])
+    with mock.patch.object(substrings, "_DIRECT_SCAN_BUDGET", -1):
+        assert occurring(needles, text) == naive(needles, text)
+
+
+@PROPERTY
+@given(st.text(max_size=30), st.text(max_size=30))
+def test_suffix_automaton_membership_on_any_text(text: str, needle: str) -> None:
+    automaton = SuffixAutomaton(text)
+    assert automaton.contains(needle) is (needle in text)
+    assert automaton.contains(text[len(text) // 3 : len(text) // 2])
+
+
+def test_suffix_chains_against_a_degenerate_text_at_the_limit() -> None:
+    # Every position of the text ends a match of every needle: the automaton alone
+    # would report about 180 million matches.
+    needles = ["a" * length for length in range(1, 700)] + ["a" * 10 + "b"]
+    assert occurring(needles, "a" * LIMIT) == set(needles[:-1])
+
+
+@PROPERTY
+@given(st.lists(st.text(alphabet="ab\ue000", max_size=4), max_size=6), st.lists(small_text))
+def test_no_needle_matches_across_two_texts(needles: list[str], texts: list[str]) -> None:
+    found = occurring_in_any(needles, texts)
+    assert found == {n for n in needles if any(n in text for text in texts)}
+
+
+# ---------------------------------------------------------------- SAFE
+
+casefold_text = st.text(alphabet="aAßSsſKkﬁİiıΣσς \u0307x", max_size=12)
+
+
+@PROPERTY
+@given(st.lists(casefold_text, max_size=10), st.lists(casefold_text, max_size=5))
+def test_safe_terms_found_together_as_one_by_one(terms: list[str], items: list[str]) -> None:
+    matcher = CasefoldSubstringMatcher()
+    expected = {term for term in terms if matcher.found_in(term, items)}
+    assert matcher.found_among(terms, items) == expected
+
+
+def test_ten_thousand_terms_against_ten_thousand_items() -> None:
+    terms = [f"Term {index:05d}" for index in range(10_000)]
+    items = [f"the TERM {index:05d} is here" for index in range(0, 10_000, 3)]
+    match = match_terms(terms, items)
+    assert match.found == [t for i, t in enumerate(terms) if i % 3 == 0]
+    assert len(match.missing) == 10_000 - len(match.found)
+
+
+def test_a_matcher_without_found_among_is_asked_term_by_term() -> None:
+    class ExactMatcher:
+        def key(self, term: str) -> str:
+            return term
+
+        def found_in(self, term: str, items: Sequence[str]) -> bool:
+            return term in items
+
+    assert match_terms(["INR", "hip"], ["INR"], ExactMatcher()).found == ["INR"]
+
+
+# ---------------------------------------------------------------- traits
+
+OLD_NUMBER = re.compile(r"(?<![\w.])\d+(?:[.,]\d+)?(?![\w.]*[A-Za-z])")
+
+
+@PROPERTY
+@given(st.text(alphabet="19٣.,aZ_ \n-é", max_size=40))
+def test_bare_numbers_are_the_regex_they_replaced(text: str) -> None:
+    assert traits._NUMBER.findall(text) == OLD_NUMBER.findall(text)
+
+
+def test_a_digit_string_at_the_limit_is_one_number() -> None:
+    assert traits._NUMBER.findall("9" * LIMIT) == ["9" * LIMIT]
+    assert traits._NUMBER.findall("9" * LIMIT + "x") == []
+    assert traits.detect_tone("1.1." * (LIMIT // 4)) in traits.TRAIT_VALUES["tone"]

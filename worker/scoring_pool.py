@@ -1,0 +1,288 @@
+"""Case scoring in child processes, each record under `limits.scoring_deadline`.
+
+A scorer that runs away on a degenerate input (a regex that backtracks, a number parsed
+into a huge integer) holds the GIL: no thread and no signal stops it. So the case scorers
+run in a pool of child processes (`pebble.ProcessPool`, which kills a task's process when
+it passes its timeout and starts a new one), never on the caller's event loop.
+
+Cases go in micro-batches ("chunks") to keep the cost of a process hop small; each chunk
+must finish within one record's deadline. When one does not (or its process dies), its
+process is killed and the chunk is scored again record by record, each with the deadline:
+exactly the slow record becomes a `scoring_timeout` outcome (a record that kills its
+process, a `scoring_error`), and every other record of the chunk still gets its result.
+
+A child is prepared once (`_start_child`: the suites' case scorers from the settings).
+Payloads go as compactly as they can: the stream sends a record's raw bytes, which the
+child decodes again (pickling a pydantic model costs more than validating it), and a
+`Scored` comes back as JSON.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import multiprocessing
+import signal
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from pebble import ProcessExpired, ProcessPool
+
+from worker.config import Settings
+from worker.input_records import decode_record
+from worker.rejections import SCORING_ERROR, SCORING_TIMEOUT, UNKNOWN_SUITE, Rejected
+from worker.suites import registry
+from worker.suites.base import Scored
+
+log = logging.getLogger("scorestream")
+
+CHUNK_RECORDS = 64  # cases per task: a process hop costs about as much as a few cases
+CHUNK_BYTES = 256 * 1024  # and about this much input per task
+MAX_MESSAGE_CHARS = 500  # of an error's repr in an outcome
+
+# (suite, payload, size in bytes of its input: the chunking hint); for a suite's case
+# scorer the payload is its payload model, or the raw bytes of a record that
+# `decode_record` accepted (decoded again in the child).
+Case = tuple[str, Any, int]
+# A scorer factory run in each child: `Settings` in, a function of one payload out (a
+# suite's `CaseScorer`, or e.g. the alignment turn scorer).
+ScorerFactory = Callable[[Settings], Callable[[Any], Any]]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What scoring one case came to: `scored` (a `Scored` for a suite's case scorer, or
+    what another pool scorer returns), or the dead-letter `reason` and message."""
+
+    scored: Scored | Any | None
+    reason: str | None = None
+    message: str = ""
+    seconds: float = 0.0  # scoring time in the child (the deadline when it timed out)
+
+
+def case_scorer_factories() -> dict[str, ScorerFactory]:
+    """The case scorer factory of every registered suite scored case by case."""
+    return {
+        spec.name: spec.case_scorer for spec in registry.specs() if spec.case_scorer is not None
+    }
+
+
+class ScoringPool:
+    """Scores cases in `processes` child processes, each case within `deadline` seconds.
+
+    The processes start on first use; `close` stops them."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        factories: Mapping[str, ScorerFactory] | None = None,
+        processes: int | None = None,
+        deadline: float | None = None,
+        start_method: str = "forkserver",
+        more_factories: Callable[[], Mapping[str, ScorerFactory]] | None = None,
+        preload: Sequence[str] = (),
+    ) -> None:
+        self.settings = settings
+        # "forkserver" (the worker): a fresh interpreter forks each child, so nothing of
+        # the caller's threads (Kafka clients, the ONNX runtime) or their locks is
+        # inherited. "fork" suits a caller without threads (the `score` command): faster.
+        self.start_method = start_method
+        self.factories = dict(case_scorer_factories() if factories is None else factories)
+        # Scorers that can only be described once the caller has warmed up (alignment
+        # turns need the embedded persona examples): asked for when the pool starts.
+        self.more_factories = more_factories
+        # Modules the forkserver imports once, so that a child replacing a killed one
+        # starts without importing them (forkserver only).
+        self.preload = [__name__, *preload]
+        self.processes = processes or settings.stream.scoring_processes
+        self.deadline = deadline if deadline is not None else settings.limits.scoring_deadline
+        self._pool: ProcessPool | None = None
+
+    def _started(self) -> ProcessPool:
+        if self._pool is None:
+            context = multiprocessing.get_context(self.start_method)
+            if self.start_method == "forkserver":  # children start with the scorers imported
+                context.set_forkserver_preload(self.preload)
+            factories = dict(self.factories)
+            if self.more_factories is not None:
+                factories.update(self.more_factories())
+            self._pool = ProcessPool(
+                max_workers=self.processes,
+                initializer=_start_child,
+                initargs=(self.settings, factories),
+                context=context,
+            )
+        return self._pool
+
+    def start(self, timeout: float = 120.0) -> None:
+        """Start the children now and wait until one is prepared (a worker does this
+        before it reads, so the first batch does not wait and a scorer that cannot be
+        prepared fails the start instead of every record)."""
+        try:
+            self._started().schedule(_score_chunk, args=([],)).result(timeout)
+        except Exception as exc:
+            self.close()
+            raise RuntimeError(f"the scoring processes could not start: {exc!r}") from exc
+
+    def close(self) -> None:
+        """Stop the child processes (a running task is killed)."""
+        if self._pool is not None:
+            self._pool.stop()
+            self._pool.join(timeout=10)
+            self._pool = None
+
+    async def score(self, cases: Sequence[Case]) -> list[Outcome]:
+        """Score `cases` (order kept); never raises for one case's sake. A pool that
+        broke (not by a case: a child that cannot start) is started again once; if it
+        is still broken, the cases it did not score are `scoring_error` outcomes."""
+        outcomes: list[Outcome | None] = [None] * len(cases)
+        for attempt in (1, 2):
+            try:
+                await self._score_into(cases, outcomes)
+                break
+            except _PoolBroken as broken:
+                log.error("the scoring pool broke (%s): starting it again", broken)
+                self.close()
+                if attempt == 2:
+                    failed = Outcome(None, SCORING_ERROR, f"the scoring pool broke: {broken}")
+                    outcomes = [outcome or failed for outcome in outcomes]
+        return [outcome if outcome is not None else _lost() for outcome in outcomes]
+
+    def score_blocking(self, cases: Sequence[Case]) -> list[Outcome]:
+        """`score` for callers without an event loop (the `score` command)."""
+        return asyncio.run(self.score(cases))
+
+    async def _score_into(self, cases: Sequence[Case], outcomes: list[Outcome | None]) -> None:
+        """Score the cases without an outcome yet in chunks; a chunk that passed the
+        deadline or lost its process, again case by case."""
+        todo = [index for index, outcome in enumerate(outcomes) if outcome is None]
+        chunks = _chunks(todo, [cases[index][2] for index in todo])
+        futures = [self._schedule([cases[index] for index in chunk]) for chunk in chunks]
+        retry: list[int] = []
+        for chunk, future in zip(chunks, futures, strict=True):
+            try:
+                scored = await asyncio.wrap_future(future)
+            except (FutureTimeout, ProcessExpired) as exc:
+                if len(chunk) == 1:
+                    outcomes[chunk[0]] = self._failed(exc)
+                else:
+                    log.warning("%d cases scored together failed (%r): singly", len(chunk), exc)
+                    retry.extend(chunk)
+                continue
+            except Exception as exc:
+                raise _PoolBroken(repr(exc)) from exc
+            for index, fields in zip(chunk, scored, strict=True):
+                outcomes[index] = _outcome(fields)
+        singles = [self._schedule([cases[index]]) for index in retry]
+        for index, future in zip(retry, singles, strict=True):
+            try:
+                outcomes[index] = _outcome((await asyncio.wrap_future(future))[0])
+            except (FutureTimeout, ProcessExpired) as exc:
+                outcomes[index] = self._failed(exc)
+            except Exception as exc:
+                raise _PoolBroken(repr(exc)) from exc
+
+    def _schedule(self, cases: Sequence[Case]) -> Future[list[tuple[Any, ...]]]:
+        task = [(suite, payload) for suite, payload, _ in cases]
+        try:
+            return self._started().schedule(_score_chunk, args=(task,), timeout=self.deadline)
+        except RuntimeError as exc:  # the pool is in an error state
+            raise _PoolBroken(repr(exc)) from exc
+
+    def _failed(self, exc: BaseException) -> Outcome:
+        """The outcome of one case that passed the deadline or killed its process."""
+        if isinstance(exc, ProcessExpired):
+            message = f"the scoring process died (exit code {exc.exitcode})"
+            return Outcome(None, SCORING_ERROR, message)
+        message = f"scoring took longer than limits.scoring_deadline ({self.deadline:g} s): stopped"
+        return Outcome(None, SCORING_TIMEOUT, message, self.deadline)
+
+
+class _PoolBroken(Exception):
+    """The pool itself failed (not one case)."""
+
+
+def _outcome(fields: tuple[Any, ...]) -> Outcome:
+    """An `Outcome` from a child's answer (a `Scored` came as JSON bytes)."""
+    scored, *rest = fields
+    if isinstance(scored, bytes):
+        scored = Scored(**orjson.loads(scored))
+    return Outcome(scored, *rest)
+
+
+def _lost() -> Outcome:
+    return Outcome(None, SCORING_ERROR, "no outcome came back from the scoring pool")
+
+
+def _chunks(indices: Sequence[int], sizes: Sequence[int]) -> list[list[int]]:
+    """Consecutive runs of `indices` of at most `CHUNK_RECORDS` cases and about
+    `CHUNK_BYTES` of input (`sizes`: of each index's case, in the same order)."""
+    chunks: list[list[int]] = []
+    current: list[int] = []
+    size = 0
+    for index, item_size in zip(indices, sizes, strict=True):
+        if current and (len(current) >= CHUNK_RECORDS or size + item_size > CHUNK_BYTES):
+            chunks.append(current)
+            current, size = [], 0
+        current.append(index)
+        size += item_size
+    if current:
+        chunks.append(current)
+    return chunks
+
+
+# ---------------------------------------------------------------- in the child
+
+_SCORERS: dict[str, Callable[[Any], Any]] = {}
+_SETTINGS: list[Settings] = []
+
+
+def _start_child(settings: Settings, factories: Mapping[str, ScorerFactory]) -> None:
+    """Prepare a child once: its case scorers. Ctrl-C is for the parent to handle."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _SETTINGS[:] = [settings]
+    _SCORERS.clear()
+    _SCORERS.update({name: factory(settings) for name, factory in factories.items()})
+
+
+def _score_chunk(cases: list[tuple[str, Any]]) -> list[tuple[Any, ...]]:
+    """Each case's `Outcome` fields (plain tuples: an exception may not pickle)."""
+    return [_score_one(suite, payload) for suite, payload in cases]
+
+
+def _score_one(suite: str, payload: Any) -> tuple[Any, ...]:
+    scorer = _SCORERS.get(suite)
+    if scorer is None:
+        return (None, UNKNOWN_SUITE, f"suite {suite!r} is not scored case by case", 0.0)
+    started = time.perf_counter()
+    try:
+        if isinstance(payload, bytes):
+            settings = _SETTINGS[0]
+            payload = decode_record(payload, settings.max_record_bytes, settings.limits).payload
+        scored = scorer(payload)
+        if isinstance(scored, Scored):
+            scored = _packed(scored)
+    except Rejected as rejected:
+        return (None, rejected.reason, rejected.message, time.perf_counter() - started)
+    except Exception as exc:  # a scorer bug loses nothing: the caller dead-letters it
+        return (None, SCORING_ERROR, repr(exc)[:MAX_MESSAGE_CHARS], time.perf_counter() - started)
+    return (scored, None, "", time.perf_counter() - started)
+
+
+def _packed(scored: Scored) -> bytes:
+    fields = {
+        "scores": scored.scores,
+        "label": scored.label,
+        "grade": scored.grade,
+        "details": scored.details,
+        "counts": scored.counts,
+    }
+    return orjson.dumps(fields)
+
+
+__all__ = ["Case", "Outcome", "ScoringPool", "case_scorer_factories"]
