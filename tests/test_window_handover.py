@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 import orjson
 import pytest
 
-from schemas.outputs import Aggregate, CaseResult, RecordSource
+from schemas.outputs import Aggregate
 from tests.streamkit import make_config, settings_of
+from tests.test_window_stage import T0, case  # T0: a whole minute, the window [T0, T0 + 60)
 from worker.eventtime import Marker
 from worker.pane_folds import PaneFold
 from worker.scoring_suites import ScoringSuites
@@ -29,7 +29,6 @@ from worker.suites.alignment.embedding_model import HashingEmbedder
 from worker.suites.registry import AGGREGATORS
 from worker.telemetry import Telemetry
 
-T0 = 1_700_000_040.0  # a whole minute: the window [T0, T0 + 60)
 GRACE = 5.0
 
 
@@ -115,28 +114,10 @@ def make_stage(tables: Tables, publisher: Publisher, clock: list[float]) -> Wind
     return WindowStage(context, tables.windows, tables.progress, tables.gates)
 
 
-def case(index: int, model: str) -> CaseResult:
-    return CaseResult.model_construct(
-        id=f"c{index}",
-        suite="safe",
-        kind="case",
-        ts=datetime.fromtimestamp(T0 + index, UTC),
-        model=model,
-        labels={},
-        scores={"composite": 0.5},
-        label="Pass",
-        grade=None,
-        details={},
-        counts={},
-        trace_id=None,
-        source=RecordSource.model_construct(topic="in", partition=0, offset=index),
-    )
-
-
 def fold(segment: dict[str, str], indices: range) -> bytes:
     folded = PaneFold("safe", segment, 60.0, AGGREGATORS["safe"])
     for index in indices:
-        folded.add(case(index, "m1"))
+        folded.add(case(index))
     return orjson.dumps({"segment": segment, "fold": folded.to_json()})
 
 
