@@ -29,6 +29,7 @@ from worker.suites.alignment.scoring import (
     SessionState,
     TurnScore,
     classifier_from_settings,
+    safety_only_turn,
     score_session,
     score_turn,
 )
@@ -138,7 +139,9 @@ def alignment_turn_scorer(
 ) -> Callable[[Any], TurnScore]:
     """A scorer of `(persona_id, text, vector)` turns (a `TurnScore`), for the scoring
     pool's children: personas and safety patterns from the settings, with the example
-    vectors, trait classifier and safety classifier (None: disabled) the caller made."""
+    vectors, trait classifier and safety classifier (None: disabled) the caller made.
+    A turn without a vector (sampled out of embedding under overload) gets its safety
+    only."""
     personas = {
         persona.id: replace(
             persona,
@@ -154,6 +157,8 @@ def alignment_turn_scorer(
         persona = personas.get(persona_id)
         if persona is None:
             raise Rejected(UNKNOWN_PERSONA, f"unknown persona {persona_id!r}")
+        if vector is None:
+            return safety_only_turn(text, persona_id, settings, patterns, safety)
         return score_turn(text, persona, vector, settings, patterns, safety)
 
     return score

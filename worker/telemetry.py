@@ -48,6 +48,7 @@ SCORE_BUCKETS = tuple(round(tenth / 10, 1) for tenth in range(1, 11))
 SCORING_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 LATENCY_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+EMBEDDING_SKIPPED_OVERLOAD = "overload"  # scorestream_embeddings_skipped_total{reason}
 
 # The metrics server (`MetricsServer`). The address is `metrics_host` (`DEFAULT_METRICS_HOST`:
 # every interface, for containers; 127.0.0.1 for a laptop).
@@ -202,6 +203,13 @@ class Telemetry:
             "Texts per embedding batch.",
             buckets=BATCH_BUCKETS,
         )
+        self.embeddings_skipped = counter(
+            "scorestream_embeddings_skipped_total",
+            "Alignment turns scored for safety alone, without their vector, by reason "
+            "(overload: the session stage was more than alignment.embedding.max_lag behind).",
+            ["reason"],
+        )
+        self.embeddings_skipped.labels(EMBEDDING_SKIPPED_OVERLOAD)  # exported at 0
         self.consumer_lag = gauge(
             "scorestream_consumer_lag",
             "Records of an assigned partition not yet processed by this worker (end offset "
@@ -380,6 +388,9 @@ class Telemetry:
 
     def record_embedding_batch(self, size: int) -> None:
         self.embedding_batch_size.observe(size)
+
+    def record_embeddings_skipped(self, count: int, reason: str) -> None:
+        self.embeddings_skipped.labels(reason).inc(count)
 
     def record_aggregate(self, aggregate: Aggregate, window_name: str) -> None:
         """Set `scorestream_window_value` from an aggregate of window `window_name`.

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import MutableMapping
+from collections.abc import MutableMapping, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -41,6 +41,7 @@ from worker.suites.alignment.scoring import (
     turn_scored,
 )
 from worker.suites.base import Scored
+from worker.telemetry import EMBEDDING_SKIPPED_OVERLOAD
 from worker.unknown_fields import unknown_fields, with_unknown_fields
 
 log = logging.getLogger("scorestream")
@@ -94,7 +95,9 @@ class SessionStage:
 
     async def process_batch(self, events: list[EventT]) -> None:
         """Embed and apply a micro-batch in order, in chunks: while one chunk's turns are
-        scored and published, the executor already encodes the next chunk. The batch is
+        scored and published, the executor already encodes the next chunk. A turn more than
+        `alignment.embedding.max_lag` behind is not embedded (`embedding_plan`): it is
+        scored for safety alone, so safety keeps pace with any input rate. The batch is
         acknowledged only after this returns, so nothing is acked before it is applied."""
         items = []
         for event in events:
@@ -104,17 +107,30 @@ class SessionStage:
                 log.error("skipping an undecodable session-stream record")
         chunks = _chunks_by_texts(items, EMBEDDING_CHUNK)
         loop = asyncio.get_running_loop()
+        max_lag = self.settings.alignment.embedding.max_lag
 
-        def encode(chunk: list[tuple[EventT, dict[str, Any]]]) -> asyncio.Future[Any] | None:
+        def encode(chunk: list[tuple[EventT, dict[str, Any]]]) -> _ChunkVectors:
+            """Start encoding the turns of `chunk` that are within `max_lag` now."""
+            now = self.context.clock()
+            lags = [now - float(data["received"]) for _, data in chunk for _ in _texts_of(data)]
+            plan = embedding_plan(lags, max_lag)
             texts = [text for _, data in chunk for text in _texts_of(data)]
-            if not texts:
-                return None
-            self.context.telemetry.record_embedding_batch(len(texts))
-            return loop.run_in_executor(self.executor, self.context.suites.embed, texts)
+            chosen = [text for text, embed in zip(texts, plan, strict=True) if embed]
+            skipped = len(texts) - len(chosen)
+            if skipped:
+                self.context.telemetry.record_embeddings_skipped(
+                    skipped, EMBEDDING_SKIPPED_OVERLOAD
+                )
+            if not chosen:
+                return _ChunkVectors(plan, None)
+            self.context.telemetry.record_embedding_batch(len(chosen))
+            future = loop.run_in_executor(self.executor, self.context.suites.embed, chosen)
+            return _ChunkVectors(plan, future)
 
         pending = encode(chunks[0]) if chunks else None
         for position, chunk in enumerate(chunks):
-            vectors = await pending if pending is not None else None
+            assert pending is not None
+            vectors = await pending.vectors()
             pending = encode(chunks[position + 1]) if position + 1 < len(chunks) else None
             scored = await self._score_turns(chunk, vectors)
             cursor = 0
@@ -126,7 +142,6 @@ class SessionStage:
                         if marker is not None:
                             await self.on_marker(event.message.partition, marker)
                             continue
-                        assert vectors is not None  # the chunk had texts, so it was encoded
                         span = slice(cursor, cursor + count)
                         await self._apply(event, data, vectors[span], scored[span])
                     except Exception:  # nothing one message does stops the stage
@@ -135,10 +150,10 @@ class SessionStage:
                         cursor += count
 
     async def _score_turns(
-        self, chunk: list[tuple[EventT, dict[str, Any]]], vectors: Any
+        self, chunk: list[tuple[EventT, dict[str, Any]]], vectors: list[Any]
     ) -> list[Outcome]:
         """Score every assistant text of a chunk against its persona in the scoring pool
-        (in the order of `_texts_of`, as the vectors are)."""
+        (in the order of `_texts_of`, as the vectors are; a None vector: safety only)."""
         turns = [
             (str(data["record"]["payload"].get("persona_id", "")), text)
             for _, data in chunk
@@ -395,6 +410,33 @@ class SessionStage:
         verdict = await self.judge.judge(session_transcript(state))
         scored = suites.score_session(state, verdict.score)
         return with_verdict(scored, verdict, judge_settings.on_error)
+
+
+def embedding_plan(lags: Sequence[float], max_lag: float | None) -> list[bool]:
+    """Which turns of a chunk to embed, given how far behind (seconds since the score stage
+    received it) each is now: those within `max_lag`, every one when it is None.
+
+    A stage behind by more than `max_lag` thus scores turns for safety alone, at the
+    pool's pace, until it is back within the bound, then embeds again: the encoder gets
+    all the turns it can keep up with, and the lag stays near `max_lag` whatever the
+    input rate."""
+    if max_lag is None:
+        return [True] * len(lags)
+    return [lag <= max_lag for lag in lags]
+
+
+@dataclass
+class _ChunkVectors:
+    """A chunk's embedding plan and the encoding of its chosen texts (None: no text
+    chosen)."""
+
+    plan: list[bool]
+    future: asyncio.Future[Any] | None
+
+    async def vectors(self) -> list[Any]:
+        """One vector per text of the chunk, None for a text left unembedded."""
+        encoded = iter(await self.future if self.future is not None else ())
+        return [next(encoded) if embed else None for embed in self.plan]
 
 
 def _turn_score(outcome: Outcome) -> TurnScore:

@@ -4,8 +4,10 @@ Embedding is kept apart from scoring: the caller embeds texts (one `Embedder.enc
 per micro-batch) and passes each turn's vector in. Nothing here does I/O except loading the
 (cached) safety patterns named by the settings.
 
-- `score_turn` scores one assistant turn against its persona; `turn_scored` turns it into
-  a `Scored` result.
+- `score_safety` scores one assistant turn's safety (keywords and the classifier: no
+  vector); `score_turn` scores the whole turn against its persona with its vector, and
+  `safety_only_turn` a turn left unembedded under overload (its authenticity is null);
+  `turn_scored` turns either into a `Scored` result.
 - `SessionState` collects a session's turns (bounded, idempotent, JSON-serialisable).
 - `score_session` scores a session: authenticity components as turn means, safety
   (`min(keyword, classifier, judge / 10)` over the components in use), stability,
@@ -59,6 +61,7 @@ SESSION_METRICS = (
 TURN_METRICS = ("authenticity", "style_sim", "traits", "lexicon", "safety")
 MAX_STORED_TEXT_CHARS = 4000  # per turn, kept for the optional session judge
 MAX_STORED_VIOLATIONS = 20  # per turn, kept for the session result
+SAMPLED_OUT = "sampled_out"  # `details.embedding` of a turn scored without its vector
 
 
 def classifier_from_settings(settings: Settings) -> SafetyClassifier | None:
@@ -99,7 +102,7 @@ class TurnScore:
     """One assistant turn scored against its persona."""
 
     persona_id: str
-    style_sim: float
+    style_sim: float | None  # None: the turn was not embedded (`embedded` False)
     traits: float | None
     lexicon: float | None
     authenticity: float | None
@@ -114,11 +117,18 @@ class TurnScore:
     word_count: int
     keyword_safety: float = 1.0  # the keyword patterns alone
     classifier: ClassifierVerdict | None = None  # None: the classifier is disabled
+    embedded: bool = True  # False: sampled out of embedding under overload (safety only)
 
     def scores(self) -> dict[str, float | None]:
         return {name: getattr(self, name) for name in TURN_METRICS}
 
     def details(self) -> dict[str, JsonValue]:
+        details = self._details()
+        if not self.embedded:
+            details["embedding"] = SAMPLED_OUT
+        return details
+
+    def _details(self) -> dict[str, JsonValue]:
         return {
             "persona_id": self.persona_id,
             "word_count": self.word_count,
@@ -156,6 +166,49 @@ def style_similarity(embedding: np.ndarray, example_vectors: np.ndarray) -> floa
     return float(min(1.0, max(0.0, cosines.max())))
 
 
+@dataclass(frozen=True)
+class TurnSafety:
+    """One assistant turn's safety: what needs no vector."""
+
+    safety: float  # min(keyword, classifier) of this turn alone (a session of one turn)
+    keyword_safety: float
+    violation_weight: float
+    critical: bool
+    matches: tuple[SafetyMatch, ...]
+    classifier: ClassifierVerdict | None
+
+
+def score_safety(
+    text: str,
+    settings: Settings,
+    patterns: SafetyPatterns | None = None,
+    classifier: SafetyClassifier | bool | None = True,
+) -> TurnSafety:
+    """Score one assistant turn's safety from its text alone: keyword patterns and the
+    offline classifier (never the embedder, so it keeps pace whatever the encoder does).
+
+    `patterns` defaults to `alignment.safety_patterns` (loaded once per path);
+    `classifier` True means the one `alignment.safety_classifier` configures (None when
+    disabled), None or False none.
+    """
+    patterns = patterns if patterns is not None else patterns_from_settings(settings)
+    matches = tuple(patterns.find(text))
+    critical = any(match.severity == "critical" for match in matches)
+    weight = turn_violation_weight(matches, settings.alignment.severity_weights)
+    keyword = keyword_safety([weight], critical)
+    if classifier is True:
+        classifier = classifier_from_settings(settings)
+    verdict = classifier.classify(text) if classifier else None
+    return TurnSafety(
+        safety=min(keyword, verdict.safety) if verdict else keyword,
+        keyword_safety=keyword,
+        violation_weight=weight,
+        critical=critical,
+        matches=matches,
+        classifier=verdict,
+    )
+
+
 def score_turn(
     text: str,
     persona: Persona,
@@ -166,14 +219,11 @@ def score_turn(
 ) -> TurnScore:
     """Score one assistant turn; `persona` must carry its example vectors.
 
-    `patterns` defaults to `alignment.safety_patterns` (loaded once per path);
-    `classifier` True means the one `alignment.safety_classifier` configures (None when
-    disabled), None or False none.
+    `patterns` and `classifier` as in `score_safety`.
     """
     if persona.example_vectors is None:
         raise ValueError(f"persona {persona.id!r} has no example vectors (use PersonaCatalog)")
     alignment = settings.alignment
-    patterns = patterns if patterns is not None else patterns_from_settings(settings)
     style_sim = style_similarity(embedding, persona.example_vectors)
     traits = match_traits(
         text, persona.traits, alignment.verbosity, embedding, persona.trait_classifier
@@ -187,30 +237,55 @@ def score_turn(
             (lexicon.score if lexicon else None, weights.lexicon),
         ]
     )
-    matches = tuple(patterns.find(text))
-    critical = any(match.severity == "critical" for match in matches)
-    weight = turn_violation_weight(matches, alignment.severity_weights)
-    keyword = keyword_safety([weight], critical)
-    if classifier is True:
-        classifier = classifier_from_settings(settings)
-    verdict = classifier.classify(text) if classifier else None
+    safety = score_safety(text, settings, patterns, classifier)
     return TurnScore(
         persona_id=persona.id,
         style_sim=style_sim,
         traits=traits.score,
         lexicon=lexicon.score if lexicon else None,
         authenticity=authenticity,
-        safety=min(keyword, verdict.safety) if verdict else keyword,
-        violation_weight=weight,
-        critical=critical,
-        matches=matches,
+        safety=safety.safety,
+        violation_weight=safety.violation_weight,
+        critical=safety.critical,
+        matches=safety.matches,
         detected_traits=traits.detected,
         mismatched_traits=traits.mismatched,
         preferred_found=lexicon.preferred_found if lexicon else [],
         avoided_found=lexicon.avoided_found if lexicon else {},
         word_count=word_count(text),
-        keyword_safety=keyword,
-        classifier=verdict,
+        keyword_safety=safety.keyword_safety,
+        classifier=safety.classifier,
+    )
+
+
+def safety_only_turn(
+    text: str,
+    persona_id: str,
+    settings: Settings,
+    patterns: SafetyPatterns | None = None,
+    classifier: SafetyClassifier | bool | None = True,
+) -> TurnScore:
+    """A turn sampled out of embedding under overload: its safety as `score_turn` gives
+    it, no authenticity (style, traits, lexicon null), `details.embedding: sampled_out`."""
+    safety = score_safety(text, settings, patterns, classifier)
+    return TurnScore(
+        persona_id=persona_id,
+        style_sim=None,
+        traits=None,
+        lexicon=None,
+        authenticity=None,
+        safety=safety.safety,
+        violation_weight=safety.violation_weight,
+        critical=safety.critical,
+        matches=safety.matches,
+        detected_traits={},
+        mismatched_traits=[],
+        preferred_found=[],
+        avoided_found={},
+        word_count=word_count(text),
+        keyword_safety=safety.keyword_safety,
+        classifier=safety.classifier,
+        embedded=False,
     )
 
 
@@ -236,8 +311,8 @@ class TurnRecord:
     """What a session keeps of one turn: its vector, component scores and violations."""
 
     turn_index: int
-    embedding: np.ndarray
-    style_sim: float
+    embedding: np.ndarray | None  # None: sampled out of embedding under overload
+    style_sim: float | None
     traits: float | None
     lexicon: float | None
     authenticity: float | None
@@ -257,7 +332,7 @@ class TurnRecord:
             "classifier_findings": self.classifier_findings,
             "user": self.user,
             "i": self.turn_index,
-            "e": _encode_vector(self.embedding),
+            "e": None if self.embedding is None else _encode_vector(self.embedding),
             "style_sim": self.style_sim,
             "traits": self.traits,
             "lexicon": self.lexicon,
@@ -272,8 +347,8 @@ class TurnRecord:
     def from_json(cls, data: Mapping[str, Any]) -> TurnRecord:
         return cls(
             turn_index=int(data["i"]),
-            embedding=_decode_vector(data["e"]),
-            style_sim=float(data["style_sim"]),
+            embedding=None if data["e"] is None else _decode_vector(data["e"]),
+            style_sim=None if data["style_sim"] is None else float(data["style_sim"]),
             traits=data["traits"],
             lexicon=data["lexicon"],
             authenticity=data["authenticity"],
@@ -331,14 +406,15 @@ class SessionState:
         self,
         turn_index: int,
         turn: TurnScore,
-        embedding: np.ndarray,
+        embedding: np.ndarray | None,
         text: str = "",
         final: bool = False,
         now: float | None = None,
         user: str = "",
     ) -> bool:
         """Add a scored turn (`text`: the assistant reply, `user`: the user message it
-        answers); False when it was a repeat or fell outside the bound."""
+        answers; `embedding` None: the turn was sampled out of embedding); False when it
+        was a repeat or fell outside the bound."""
         if turn.persona_id != self.persona_id:
             raise ValueError(
                 f"session {self.session_id!r} belongs to persona {self.persona_id!r}, "
@@ -364,7 +440,9 @@ class SessionState:
         )
         self.turns[turn_index] = TurnRecord(
             turn_index=turn_index,
-            embedding=np.asarray(embedding, dtype=np.float32).reshape(-1),
+            embedding=(
+                None if embedding is None else np.asarray(embedding, dtype=np.float32).reshape(-1)
+            ),
             style_sim=turn.style_sim,
             traits=turn.traits,
             lexicon=turn.lexicon,
@@ -477,7 +555,8 @@ def score_session(
     )
     components = [keyword, classifier, None if judge_score is None else judge_score / 10.0]
     safety = min(value for value in components if value is not None)
-    stable = stability([record.embedding for record in records], alignment.max_expected_variance)
+    embedded = [record.embedding for record in records if record.embedding is not None]
+    stable = stability(embedded, alignment.max_expected_variance)
     authenticity = _mean([record.authenticity for record in records])
     weights = alignment.scoring
     overall = renormalised_mean(
@@ -518,9 +597,11 @@ def score_session(
         "duplicate_turns": state.duplicates,
         "dropped_turns": state.dropped,
     }
-    note = stability_note(len(records))
+    note = stability_note(len(embedded))
     if note is not None:
         details["stability_note"] = note
+    if len(embedded) < len(records):  # authenticity and stability cover the embedded turns
+        details["sampled_out_turns"] = len(records) - len(embedded)
     return Scored(
         scores=scores,
         grade=grade_for(overall),

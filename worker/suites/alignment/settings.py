@@ -81,13 +81,19 @@ class EmbeddingSettings(Section):
     made once into `cache_dir` (default `~/.cache/scorestream/onnx`); torch is the fallback
     when onnxruntime is missing or the export fails. `int8` (onnx only) is about twice as
     fast again but moves the vectors (see `bench/embedding.py`). `threads` unset: all
-    cores. `batch_size`: texts per forward pass inside one encode call."""
+    cores. `batch_size`: texts per forward pass inside one encode call. `max_lag`: how far
+    (seconds from the score stage receiving a turn) the session stage may fall behind
+    before it embeds only the turns it can afford: the others are scored for safety alone
+    (`details.embedding: sampled_out`, `scorestream_embeddings_skipped_total`), so safety
+    keeps pace with any input rate; null embeds every turn however late that makes
+    safety."""
 
     backend: Literal["onnx", "torch"] = "onnx"
     precision: Literal["fp32", "int8"] = "fp32"
     threads: int | None = Field(default=None, ge=1)
     batch_size: int = Field(default=32, ge=1)
     cache_dir: Path | None = None
+    max_lag: Duration | None = 2.0
 
     @model_validator(mode="after")
     def _int8_needs_onnx(self) -> EmbeddingSettings:
