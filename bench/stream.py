@@ -21,6 +21,11 @@ measured right before and right after the worker and averaged (the machine is sh
 Alignment records are assistant turns of 4-turn sessions (the last turn closes the
 session); its throughput counts turns. Three rounds and the growth table take about 6
 minutes on 2 cores.
+
+Then the overload scenario (`bench/overload.py`, `--overload-rounds 0` skips it, about 4
+minutes a round): the `safety-drop` gate's delay after an unsafe burst with alignment
+turns arriving at 0.5x and 2x the encoder's capacity, with `alignment.embedding.max_lag`
+at its default and off (target: the delay at 2x is at most 2x the delay at 0.5x).
 """
 
 from __future__ import annotations
@@ -725,6 +730,10 @@ async def main(args: argparse.Namespace) -> int:
         passed = summary(rounds)
     if args.growth_rounds > 0:
         passed &= await growth(args.n_growth, args.growth_rounds)
+    if args.overload_rounds > 0:
+        from overload import overload  # bench/overload.py, beside this file
+
+        passed &= await overload(args.overload_rounds, args.overload_lead)
     print(f"\ntotal {time.time() - started:.0f}s; targets {'met' if passed else 'NOT met'}")
     if not complete:
         return 1
@@ -863,6 +872,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
     parser.add_argument("--n-growth", type=int, default=6000, help="SAFE cases per growth run")
     parser.add_argument("--growth-rounds", type=int, default=3, help="0 skips the growth table")
+    parser.add_argument(
+        "--overload-rounds", type=int, default=3, help="0 skips the overload scenario"
+    )
+    parser.add_argument(
+        "--overload-lead", type=float, default=20.0, help="seconds of load before the burst"
+    )
     parser.add_argument(
         "--one-record-batches",
         action="store_true",

@@ -16,7 +16,7 @@ from tests.streamkit import EXAMPLES, settings_of
 from tests.test_agents import Harness, turn
 from worker.config import load_settings
 from worker.scoring_suites import ScoringSuites
-from worker.stream.sessions import embedding_plan
+from worker.stream.sessions import EncoderPace, embedding_plan
 from worker.suites.alignment.embedding_model import HashingEmbedder
 from worker.suites.alignment.scoring import (
     SAMPLED_OUT,
@@ -35,6 +35,28 @@ def test_a_stage_within_max_lag_embeds_every_turn_and_one_behind_only_those_with
     assert embedding_plan([3.5, 2.5, 1.5, 0.5], 2.0) == [False, False, True, True]
     assert embedding_plan([500.0, 0.0], None) == [True, True]  # null: never sampled
     assert embedding_plan([], 2.0) == []
+
+
+def test_a_slow_encoder_gets_only_the_turns_it_can_encode_within_max_lag() -> None:
+    # 0.5 s a text, 0.4 s behind: three more texts would end 1.9 s behind, a fourth 2.4 s
+    assert embedding_plan([0.4] * 6, 2.0, 0.5) == [True, True, True, False, False, False]
+    # older turns that no longer fit leave room for newer ones
+    assert embedding_plan([1.8, 1.0, 0.2], 2.0, 0.5) == [False, True, True]
+    assert embedding_plan([0.1] * 3, None, 10.0) == [True] * 3
+
+
+def test_the_encoder_pace_follows_recent_calls() -> None:
+    pace = EncoderPace()
+    assert pace.seconds_per_text == 0.0  # unknown: the first chunk is embedded whole
+    pace.observe(64, 6.4)
+    assert pace.seconds_per_text == pytest.approx(0.1)
+    pace.observe(10, 0.1)
+    assert 0.01 < pace.seconds_per_text < 0.1
+    for _ in range(30):
+        pace.observe(10, 0.1)
+    assert pace.seconds_per_text == pytest.approx(0.01, rel=0.01)
+    pace.observe(0, 5.0)  # no texts: nothing learnt
+    assert pace.seconds_per_text == pytest.approx(0.01, rel=0.01)
 
 
 @pytest.fixture(scope="module")

@@ -80,6 +80,7 @@ class SessionStage:
         self.executor = executor
         self.judge = judge
         self.watermarks: dict[int, Watermark] = {}
+        self.encoder_pace = EncoderPace()
 
     def forget(self) -> None:
         """Drop cached watermarks after a rebalance (the table has them)."""
@@ -113,7 +114,7 @@ class SessionStage:
             """Start encoding the turns of `chunk` that are within `max_lag` now."""
             now = self.context.clock()
             lags = [now - float(data["received"]) for _, data in chunk for _ in _texts_of(data)]
-            plan = embedding_plan(lags, max_lag)
+            plan = embedding_plan(lags, max_lag, self.encoder_pace.seconds_per_text)
             texts = [text for _, data in chunk for text in _texts_of(data)]
             chosen = [text for text, embed in zip(texts, plan, strict=True) if embed]
             skipped = len(texts) - len(chosen)
@@ -124,7 +125,7 @@ class SessionStage:
             if not chosen:
                 return _ChunkVectors(plan, None)
             self.context.telemetry.record_embedding_batch(len(chosen))
-            future = loop.run_in_executor(self.executor, self.context.suites.embed, chosen)
+            future = loop.run_in_executor(self.executor, self._embed, chosen)
             return _ChunkVectors(plan, future)
 
         pending = encode(chunks[0]) if chunks else None
@@ -148,6 +149,13 @@ class SessionStage:
                         log.exception("session stage: unexpected failure on a message")
                     finally:
                         cursor += count
+
+    def _embed(self, texts: list[str]) -> Any:
+        """Encode `texts` (in the executor) and keep the encoder's pace up to date."""
+        started = time.perf_counter()
+        vectors = self.context.suites.embed(texts)
+        self.encoder_pace.observe(len(texts), time.perf_counter() - started)
+        return vectors
 
     async def _score_turns(
         self, chunk: list[tuple[EventT, dict[str, Any]]], vectors: list[Any]
@@ -412,17 +420,46 @@ class SessionStage:
         return with_verdict(scored, verdict, judge_settings.on_error)
 
 
-def embedding_plan(lags: Sequence[float], max_lag: float | None) -> list[bool]:
+def embedding_plan(
+    lags: Sequence[float], max_lag: float | None, seconds_per_text: float = 0.0
+) -> list[bool]:
     """Which turns of a chunk to embed, given how far behind (seconds since the score stage
-    received it) each is now: those within `max_lag`, every one when it is None.
+    received it) each is now and the encoder's recent seconds per text: in order, each
+    turn that would still be within `max_lag` once it and the turns chosen before it are
+    encoded; every one when `max_lag` is None.
 
-    A stage behind by more than `max_lag` thus scores turns for safety alone, at the
-    pool's pace, until it is back within the bound, then embeds again: the encoder gets
-    all the turns it can keep up with, and the lag stays near `max_lag` whatever the
-    input rate."""
+    A stage more than `max_lag` behind thus scores turns for safety alone, at the pool's
+    pace, until it is back within the bound, and then gives the encoder only what it can
+    encode within it: the encoder gets all the turns it can keep up with, and the lag stays
+    near `max_lag` whatever the input rate (and however slow one encode call is)."""
     if max_lag is None:
         return [True] * len(lags)
-    return [lag <= max_lag for lag in lags]
+    plan = []
+    chosen = 0
+    for lag in lags:
+        embed = lag + (chosen + 1) * seconds_per_text <= max_lag
+        chosen += embed
+        plan.append(embed)
+    return plan
+
+
+class EncoderPace:
+    """The encoder's recent seconds per text (an exponentially weighted mean over encode
+    calls; 0 until the first call)."""
+
+    WEIGHT = 0.3  # of the newest call
+
+    def __init__(self) -> None:
+        self.seconds_per_text = 0.0
+
+    def observe(self, texts: int, seconds: float) -> None:
+        if texts <= 0:
+            return
+        pace = seconds / texts
+        if self.seconds_per_text == 0.0:
+            self.seconds_per_text = pace
+        else:
+            self.seconds_per_text += self.WEIGHT * (pace - self.seconds_per_text)
 
 
 @dataclass

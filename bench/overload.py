@@ -1,0 +1,375 @@
+"""Gate delay after an unsafe burst when alignment turns arrive faster than the encoder
+can embed them (the overload scenario of `bench/stream.py`, also runnable alone).
+
+    .venv/bin/python bench/overload.py [--rounds 3] [--lead 20]
+
+The encoder's capacity (turns/s of batched `encode` on the scenario's texts, 64 a call as
+the session stage does) is measured first, on this machine as loaded now. Then, for each
+input rate (0.5x and 2x that capacity) and each setting of `alignment.embedding.max_lag`
+(`2s`, the default: turns past it are scored for safety alone; `null`: every turn is
+embedded, as before), a worker in this process gets live 4-turn sessions at that rate:
+`--lead` seconds of benign replies, a 5 s burst of unsafe ones that ends on a 10 s window
+boundary, then 5 s of benign replies. The gate `safety-drop` (mean session safety < 0.9
+over 10 s tumbling windows, grace 2 s) must fire for the burst's window; its delay is the
+time from the burst's last turn being produced to the firing gate event being read back.
+Each scenario has its own `model`, so its own gate segment. Target: the median delay at
+2x is at most 2x the median delay at 0.5x, with `max_lag` at its default.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import math
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import orjson
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from topics.catalog import record_key, topic_names  # noqa: E402
+from topics.provision import create_topics  # noqa: E402
+from worker.broker import TANSU_STREAM_SETTINGS, EmbeddedBroker  # noqa: E402
+from worker.config import Settings, load_settings  # noqa: E402
+from worker.scoring_suites import ScoringSuites  # noqa: E402
+from worker.stream import ScorestreamApp  # noqa: E402
+from worker.suites.alignment.scoring import score_safety  # noqa: E402
+
+EXAMPLES = REPO / "examples"
+PARTITIONS = 4
+SESSION_TURNS = 4
+WINDOW = 10.0  # seconds, tumbling: the gate's window
+GRACE = 2.0
+BURST = 5.0  # seconds of unsafe sessions, ending on a window boundary
+TAIL = 5.0  # seconds of benign sessions after the burst
+ENCODE_CHUNK = 64  # texts per encode call, as `worker.stream.sessions.EMBEDDING_CHUNK`
+FACTORS = (0.5, 2.0)  # input rate / encoder capacity
+MODES = {"max_lag 2s": 2.0, "max_lag null": None}  # the default, then "before"
+DELAY_TARGET = 2.0  # delay at 2x / delay at 0.5x, with the default max_lag
+GATE_WAIT = 180.0  # seconds after the burst before a scenario gives up on its gate
+UNSAFE_REPLIES = (
+    "You should kill yourself, nobody would miss you.",
+    "Honestly, you're a worthless idiot and everyone knows it.",
+    "Skip the insulin for a week, your body will reset itself.",
+    "Read me the code on the back of your card so I can confirm it is you.",
+)
+
+
+def benign_replies() -> list[tuple[str, str]]:
+    """(persona, text) of the shipped alignment examples that are safe (two of them are
+    unsafe on purpose)."""
+    settings = load_settings(None, overrides={}, environ={})
+    out = []
+    for line in (EXAMPLES / "alignment" / "envelopes.jsonl").read_bytes().splitlines():
+        if line.strip():
+            payload = orjson.loads(line)["payload"]
+            if score_safety(payload["text"], settings).safety == 1.0:
+                out.append((payload["persona_id"], payload["text"]))
+    return out
+
+
+def scenario_settings(tag: str, max_lag: float | None) -> Settings:
+    """A worker of its own (app id and topics tagged) with 10 s windows and the gate."""
+    return load_settings(
+        None,
+        overrides={
+            "app_id": f"bench-{tag}",
+            "topics": {
+                "input": f"{tag}-in",
+                "results": f"{tag}-results",
+                "aggregates": f"{tag}-aggregates",
+                "gates": f"{tag}-gates",
+                "dead_letters": f"{tag}-dlq",
+            },
+            "segment_by": ["model"],
+            "windows": [{"size": f"{WINDOW:g}s"}],
+            "grace": f"{GRACE:g}s",
+            "idle_timeout": "1s",
+            "metrics_port": 0,
+            "stream": {**TANSU_STREAM_SETTINGS, "partitions": PARTITIONS},
+            "alignment": {
+                "personas_dir": str(EXAMPLES / "personas"),
+                "embedding": {"max_lag": max_lag},
+            },
+            "gates": [
+                {
+                    "name": "safety-drop",
+                    "suite": "alignment",
+                    "metric": "safety",
+                    "stat": "mean",
+                    "op": "<",
+                    "threshold": 0.9,
+                    "clear": 0.95,
+                    "window": f"{WINDOW:g}s",
+                    "min_count": 5,
+                }
+            ],
+        },
+        environ={},
+    )
+
+
+def encoder_capacity(suites: ScoringSuites, texts: list[str]) -> float:
+    """Turns per second of batched `encode` calls on `texts` (after a warm-up call)."""
+    suites.embed(texts[:ENCODE_CHUNK])
+    started = time.perf_counter()
+    for index in range(0, len(texts), ENCODE_CHUNK):
+        suites.embed(texts[index : index + ENCODE_CHUNK])
+    return len(texts) / (time.perf_counter() - started)
+
+
+@dataclass
+class Outcome:
+    delay: float  # seconds from the burst's end to the firing gate event (nan: none)
+    turns: int
+    sampled_out: int
+    drained: float  # seconds after the last produce until the last turn's result
+
+
+async def gate_firing(consumer: AIOKafkaConsumer, model: str, deadline: float) -> float:
+    """Wall time the gate's firing for `model` is read (nan past `deadline`)."""
+    while time.time() < deadline:
+        batches = await consumer.getmany(timeout_ms=100)
+        for messages in batches.values():
+            for message in messages:
+                data = orjson.loads(message.value)
+                if data.get("state") == "firing" and data.get("segment", {}).get("model") == model:
+                    return time.time()
+    return math.nan
+
+
+async def last_result(consumer: AIOKafkaConsumer, ident: str, deadline: float) -> float:
+    """Wall time the result of `ident` is read (nan past `deadline`)."""
+    while time.time() < deadline:
+        batches = await consumer.getmany(timeout_ms=200)
+        for messages in batches.values():
+            for message in messages:
+                if orjson.loads(message.value).get("id") == ident:
+                    return time.time()
+    return math.nan
+
+
+async def produce_live(
+    producer: AIOKafkaProducer,
+    topic: str,
+    rate: float,
+    model: str,
+    lead: float,
+    replies: list[tuple[str, str]],
+) -> tuple[float, int, str]:
+    """4-turn sessions at `rate` turns/s, stamped now; unsafe for BURST seconds ending on
+    a window boundary at least `lead` seconds away. (burst end, turns, last turn's id)."""
+    personas = sorted({persona for persona, _ in replies})
+    by_persona = {persona: [text for p, text in replies if p == persona] for persona in personas}
+    start = time.time()
+    burst_end = math.ceil((start + lead + BURST) / WINDOW) * WINDOW
+    stop = burst_end + TAIL
+    sent = 0
+    unsafe_session = False
+    ident = ""
+    while (now := time.time()) < stop:
+        due = int((now - start) * rate) - sent
+        for _ in range(max(0, due)):
+            session, turn = divmod(sent, SESSION_TURNS)
+            stamp = time.time()
+            if turn == 0:  # a session is unsafe as a whole when it starts in the burst
+                unsafe_session = burst_end - BURST <= stamp < burst_end
+            persona = personas[session % len(personas)]
+            texts = by_persona[persona]
+            text = texts[(session + turn) % len(texts)]
+            if unsafe_session:
+                text = UNSAFE_REPLIES[(session + turn) % len(UNSAFE_REPLIES)]
+            ident = f"{model}-s{session}:{turn}"
+            record = {
+                "id": ident,
+                "suite": "alignment",
+                "ts": int(stamp * 1000),
+                "model": model,
+                "payload": {
+                    "session_id": f"{model}-s{session}",
+                    "turn_index": turn,
+                    "persona_id": persona,
+                    "text": text,
+                    "final": turn == SESSION_TURNS - 1,
+                },
+            }
+            value = orjson.dumps(record)
+            await producer.send(topic, value, key=record_key(value))
+            sent += 1
+        await asyncio.sleep(0.02)
+    await producer.flush()
+    return burst_end, sent, ident
+
+
+async def scenario(
+    bootstrap: str, scorer: ScorestreamApp, rate: float, model: str, lead: float
+) -> Outcome:
+    """One burst at `rate` turns/s through a running worker; waits until it drained."""
+    names = scorer.settings.topics
+    gates = await fresh_consumer(bootstrap, names.gates)
+    results = await fresh_consumer(bootstrap, names.results)
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5)
+    await producer.start()
+    skipped_before = sampled_out(scorer)
+    replies = benign_replies()
+    try:
+        watcher = asyncio.create_task(gate_firing(gates, model, time.time() + lead + GATE_WAIT))
+        burst_end, turns, ident = await produce_live(
+            producer, names.input, rate, model, lead, replies
+        )
+        produced = time.time()
+        fired = await watcher
+        done = await last_result(results, ident, time.time() + GATE_WAIT)
+    finally:
+        await producer.stop()
+        await gates.stop()
+        await results.stop()
+    return Outcome(
+        delay=fired - burst_end,
+        turns=turns,
+        sampled_out=int(sampled_out(scorer) - skipped_before),
+        drained=done - produced,
+    )
+
+
+def sampled_out(scorer: ScorestreamApp) -> float:
+    value = scorer.telemetry.registry.get_sample_value(
+        "scorestream_embeddings_skipped_total", {"reason": "overload"}
+    )
+    return value or 0.0
+
+
+async def fresh_consumer(bootstrap: str, topic: str) -> AIOKafkaConsumer:
+    """A group-less consumer positioned at the current end of `topic`."""
+    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=None)
+    await consumer.start()
+    while not consumer.assignment():
+        await asyncio.sleep(0.05)
+    await consumer.seek_to_end()
+    for partition in consumer.assignment():
+        await consumer.position(partition)
+    return consumer
+
+
+async def run_mode(
+    broker: EmbeddedBroker,
+    suites: ScoringSuites,
+    mode: str,
+    rates: dict[float, float],
+    lead: float,
+    round_index: int,
+) -> dict[float, Outcome]:
+    """Every rate's scenario through one fresh worker with `mode`'s max_lag."""
+    tag = f"ov{time.time_ns()}"
+    settings = scenario_settings(tag, MODES[mode])
+    await create_topics(broker.url, topic_names(settings.topics), PARTITIONS)
+    scorer = ScorestreamApp(settings, broker.url, suites=suites)
+    scorer.scoring_pool.start()
+    await scorer.app.start()
+    await asyncio.wait_for(scorer.ready.wait(), 90)
+    outcomes = {}
+    try:
+        for factor, rate in rates.items():
+            print(
+                f"  round {round_index + 1}, {mode}: {factor:g}x capacity ({rate:.0f} turns/s)",
+                flush=True,
+            )
+            model = f"{tag}-{factor:g}x"
+            outcomes[factor] = outcome = await scenario(broker.bootstrap, scorer, rate, model, lead)
+            print(
+                f"    gate delay {outcome.delay:.1f}s; {outcome.sampled_out}/{outcome.turns} "
+                f"turns sampled out; drained {outcome.drained:.1f}s after the last produce",
+                flush=True,
+            )
+    finally:
+        await scorer.app.stop()
+        scorer.close()
+    return outcomes
+
+
+def spread(values: list[float], digits: int = 1) -> str:
+    finite = [v for v in values if not math.isnan(v)]
+    if not finite:
+        return "-"
+    parts = (min(finite), statistics.median(finite), max(finite))
+    text = " / ".join(f"{v:.{digits}f}" for v in parts)
+    missing = len(values) - len(finite)
+    return text + (f" ({missing} never fired)" if missing else "")
+
+
+async def overload(rounds: int, lead: float, broker: EmbeddedBroker | None = None) -> bool:
+    """Run the scenario `rounds` times and print the figures; True when the target is met."""
+    print("overload: loading the scorers and measuring the encoder ...", flush=True)
+    base = scenario_settings("ov-load", None)
+    suites = ScoringSuites.load(base)
+    suites.warm_up()
+    texts = [text for _, text in benign_replies()] * 8
+    figures: dict[tuple[str, float], list[Outcome]] = {}
+    capacities = []
+    own = broker is None
+    broker = broker or EmbeddedBroker()
+    if own:
+        broker.__enter__()
+    try:
+        for round_index in range(rounds):
+            capacity = encoder_capacity(suites, texts)
+            capacities.append(capacity)
+            rates = {factor: factor * capacity for factor in FACTORS}
+            print(f"overload round {round_index + 1}/{rounds}: capacity {capacity:.0f} turns/s")
+            for mode in MODES:
+                outcomes = await run_mode(broker, suites, mode, rates, lead, round_index)
+                for factor, outcome in outcomes.items():
+                    figures.setdefault((mode, factor), []).append(outcome)
+    finally:
+        if own:
+            broker.__exit__(None, None, None)
+    print(
+        f"\noverload: gate delay after a {BURST:g} s unsafe burst (burst end -> firing event "
+        f"read back; {WINDOW:g} s windows, grace {GRACE:g} s, {lead:g} s of load before the "
+        f"burst); encoder capacity {spread(capacities, 0)} turns/s; {rounds} rounds, "
+        "min / median / max"
+    )
+    header = f"{'max_lag':<14}{'rate':>6}{'gate delay s':>26}{'sampled out':>22}"
+    print(header)
+    print("-" * len(header))
+    medians: dict[tuple[str, float], float] = {}
+    for (mode, factor), outcomes in figures.items():
+        delays = [outcome.delay for outcome in outcomes]
+        shares = [outcome.sampled_out / max(1, outcome.turns) * 100 for outcome in outcomes]
+        finite = [d for d in delays if not math.isnan(d)]
+        medians[(mode, factor)] = statistics.median(finite) if finite else math.nan
+        print(
+            f"{mode.removeprefix('max_lag '):<14}{factor:>5g}x{spread(delays):>26}"
+            f"{spread(shares, 0) + ' %':>22}"
+        )
+    passed = True
+    for mode in MODES:
+        ratio = medians[(mode, FACTORS[1])] / medians[(mode, FACTORS[0])]
+        met = not math.isnan(ratio) and ratio <= DELAY_TARGET
+        if MODES[mode] is not None:
+            passed = met
+        print(
+            f"{mode}: median delay at {FACTORS[1]:g}x / at {FACTORS[0]:g}x = {ratio:.2f}"
+            + (f" (target <= {DELAY_TARGET:g}: {'yes' if met else 'NO'})" if MODES[mode] else "")
+        )
+    return passed
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--lead", type=float, default=20.0, help="seconds of load before")
+    return parser.parse_args(argv)
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.ERROR)
+    arguments = parse_args()
+    sys.exit(0 if asyncio.run(overload(arguments.rounds, arguments.lead)) else 1)
