@@ -58,6 +58,7 @@ from typing import Any
 
 from schemas.outputs import CaseResult
 from worker import aggregation, pane_folds
+from worker.aggregation import dedupe
 from worker.config import WindowConfig
 from worker.eventtime import Marker, Watermark
 from worker.suites.base import State, SuiteAggregator
@@ -163,7 +164,7 @@ class WindowStore:
         event_time = result.ts.timestamp()
         segkey = aggregation.segment_key(segment)
         aggregator = self.aggregators.get(result.suite)
-        source = _source_key(result)
+        source = dedupe.offset_source(result)
         offset = result.source.offset if result.source is not None else -1
         counted = 0
         late = replay = False
@@ -175,11 +176,11 @@ class WindowStore:
             oldest_end, newest_end = window_ends(event_time, config)
             closed_some = watermark is not None and watermark >= oldest_end + self.grace
             if closed_some and _passed(watermark, newest_end + self.grace):  # all its windows
-                if _taken(series["high_water"], source, offset):
+                if dedupe.offset_taken(series["high_water"], source, offset):
                     replay = True
                 else:
                     late = True
-                    _remember(series["high_water"], source, offset)
+                    dedupe.mark_offset(series["high_water"], source, offset)
                     self._pending[series_key] = series
                 continue
             step = _step(config)
@@ -187,11 +188,11 @@ class WindowStore:
             pane_key = f"{PANE}{result.suite}|{segkey}|{name}|{pane_start!r}"
             stored = self._get(pane_key)
             marks = _pane_marks(stored, series["high_water"])
-            if _taken(marks, source, offset):
+            if dedupe.offset_taken(marks, source, offset):
                 replay = True
                 continue
             late = late or closed_some  # at least one of its windows is closed
-            _remember(series["high_water"], source, offset)
+            dedupe.mark_offset(series["high_water"], source, offset)
             self._pending[series_key] = series
             state = (
                 stored["state"]
@@ -206,7 +207,7 @@ class WindowStore:
             state, applied = aggregation.update(state, result, aggregator, scored)
             if applied:
                 marks = dict(marks)
-                _remember(marks, source, offset)
+                dedupe.mark_offset(marks, source, offset)
                 self._put(pane_key, {"state": state, "partition": partition, "marks": marks})
                 self._index(partition).setdefault(series_key, set()).add(pane_start)
                 self._dirty_panes.add(pane_key)
@@ -242,7 +243,7 @@ class WindowStore:
                 oldest_end, newest_end = window_ends(start, config)
                 closed_some = watermark is not None and watermark >= oldest_end + self.grace
                 if closed_some and _passed(watermark, newest_end + self.grace):  # all of them
-                    if _covers(series_marks, span):
+                    if dedupe.offsets_cover(series_marks, span):
                         replay = True
                     else:
                         late_panes.add(start)
@@ -251,7 +252,7 @@ class WindowStore:
                 pane_key = f"{PANE}{suite}|{segkey}|{name}|{target!r}"
                 stored = self._get(pane_key)
                 if target not in taken:
-                    taken[target] = _covers(_pane_marks(stored, series_marks), span)
+                    taken[target] = dedupe.offsets_cover(_pane_marks(stored, series_marks), span)
                 if taken[target]:
                     replay = True
                     continue
@@ -268,14 +269,14 @@ class WindowStore:
                     state = aggregation.merge_into(stored["state"], piece, aggregator)
                 marks = dict(_pane_marks(stored, series_marks))
                 for source, last in span.items():
-                    _remember(marks, source, last)
+                    dedupe.mark_offset(marks, source, last)
                 self._put(pane_key, {"state": state, "partition": partition, "marks": marks})
                 self._index(partition).setdefault(series_key, set()).add(target)
                 self._dirty_panes.add(pane_key)
                 counted += 1
-            if not _covers(series_marks, span):
+            if not dedupe.offsets_cover(series_marks, span):
                 for source, last in span.items():
-                    _remember(series["high_water"], source, last)
+                    dedupe.mark_offset(series["high_water"], source, last)
                 self._pending[series_key] = series
         if replay and not counted:
             return Admission(replay=True)
@@ -576,28 +577,8 @@ def _progress_key(partition: int) -> str:
     return f"agg|{partition}"
 
 
-def _source_key(result: CaseResult) -> str | None:
-    if result.source is None or result.kind == "session":
-        return None
-    return f"{result.source.topic}:{result.source.partition}"
-
-
 def _passed(watermark: float | None, moment: float) -> bool:
     return watermark is not None and watermark >= moment
-
-
-def _taken(marks: Mapping[str, int], source: str | None, offset: int) -> bool:
-    """Whether the input record at `offset` of `source` is at or below `marks` (already
-    counted: offsets reach a pane and a series in order per input partition)."""
-    if source is None:
-        return False
-    mark = marks.get(source)
-    return mark is not None and offset <= mark
-
-
-def _covers(marks: Mapping[str, int], span: Mapping[str, int]) -> bool:
-    """Whether `marks` has taken every offset of a fold's `span`."""
-    return bool(span) and all(marks.get(source, -1) >= last for source, last in span.items())
 
 
 def _pane_marks(stored: Mapping[str, Any] | None, series_marks: Mapping[str, int]) -> Any:
@@ -607,11 +588,3 @@ def _pane_marks(stored: Mapping[str, Any] | None, series_marks: Mapping[str, int
     if stored is None:
         return {}
     return stored.get("marks", series_marks)
-
-
-def _remember(marks: dict[str, int], source: str | None, offset: int) -> None:
-    if source is not None:
-        marks[source] = max(marks.get(source, -1), offset)
-
-
-__all__ = ["Admission", "Emission", "WindowStore"]
