@@ -42,7 +42,7 @@ from worker.suites.base import (
     scorer_versions,
 )
 from worker.telemetry import Telemetry
-from worker.windows import WindowKey
+from worker.windowing.windows import WindowKey
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 
-from worker.windows import WindowKey
+from worker.windowing.windows import WindowKey
 
 ALL_CASES = "all"
 UNKNOWN = "unknown"

@@ -32,7 +32,7 @@ from schemas.outputs import CaseResult
 from worker.aggregation import dedupe, samples, worst
 from worker.stats import DEFAULT_RESERVOIR_SIZE, Moments, sample_key
 from worker.suites.base import Scored, State, SuiteAggregator
-from worker.windows import WindowKey
+from worker.windowing.windows import WindowKey
 
 STATE_VERSION = 1
 

@@ -26,7 +26,6 @@ from faust.types import EventT
 
 from schemas.envelope import AlignmentRecord, AlignmentSessionPayload, AlignmentTurnPayload
 from worker import input_records
-from worker.eventtime import Marker, Watermark
 from worker.scoring_pool import Outcome
 from worker.scoring_suites import ALIGNMENT_TURN
 from worker.stream.context import StreamContext, event_context, run_to_completion
@@ -42,6 +41,7 @@ from worker.suites.alignment.scoring import (
 )
 from worker.suites.base import Scored
 from worker.unknown_fields import unknown_fields, with_unknown_fields
+from worker.windowing.watermark import Marker, Watermark
 
 log = logging.getLogger("scorestream")
 
