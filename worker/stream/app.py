@@ -29,7 +29,8 @@ import faust
 
 from topics.provision import bootstrap_servers
 from worker.config import Settings
-from worker.kafka_security import aiokafka_options, faust_options, internal_topic_configs
+from worker.ops.kafka_security import aiokafka_options, faust_options, internal_topic_configs
+from worker.ops.telemetry import Telemetry
 from worker.scoring_suites import ScoringSuites
 from worker.stream.changelog_ends import exact_highwaters
 from worker.stream.commit_bound import bound_commits
@@ -46,7 +47,6 @@ from worker.stream.sessions import SessionStage
 from worker.stream.windows import WindowStage, gate_windows
 from worker.suites.alignment.judge_client import SafetyJudge
 from worker.suites.registry import AGGREGATORS
-from worker.telemetry import Telemetry
 from worker.windowing.windows import pane_width
 
 log = logging.getLogger("scorestream")
