@@ -26,8 +26,8 @@ from schemas.outputs import Aggregate, CaseResult
 from worker import aggregation, config
 from worker.commands.compare import compare_reports
 from worker.commands.score import run_score
-from worker.gates.evaluator import evaluator as gates
-from worker.gates.evaluator import fields as gate_fields
+from worker.gates import evaluator as gates
+from worker.gates import fields as gate_fields
 from worker.input.files import guess_native_suite
 from worker.ops.telemetry import Telemetry
 from worker.scoring_suites import ScoringSuites
