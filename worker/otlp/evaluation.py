@@ -8,10 +8,13 @@ is a turn of a span (its id is the span id), to that span.
 
 from __future__ import annotations
 
+import base64
 import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+import orjson
+from google.protobuf import json_format
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, InstrumentationScope, KeyValue
 from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord, ResourceLogs, ScopeLogs
@@ -93,6 +96,18 @@ def logs_request(
     )
 
 
+def logs_json(request: ExportLogsServiceRequest) -> bytes:
+    """OTLP/JSON of a logs request: protobuf JSON, except that trace and span ids are hex."""
+    data = json_format.MessageToDict(request)
+    for resource_logs in data.get("resourceLogs", []):
+        for scope_logs in resource_logs.get("scopeLogs", []):
+            for record in scope_logs.get("logRecords", []):
+                for name in ("traceId", "spanId"):
+                    if name in record:
+                        record[name] = base64.b64decode(record[name]).hex()
+    return orjson.dumps(data)
+
+
 def _pair(key: str, value: str | float) -> KeyValue:
     if isinstance(value, str):
         return KeyValue(key=key, value=AnyValue(string_value=value))
@@ -128,4 +143,4 @@ def _categories(items: object) -> list[str]:
     ]
 
 
-__all__ = ["EVENT_NAME", "evaluation_records", "logs_request"]
+__all__ = ["EVENT_NAME", "evaluation_records", "logs_json", "logs_request"]

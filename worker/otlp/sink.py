@@ -16,11 +16,10 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 
 import httpx
-from google.protobuf import json_format
 from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
 
 from schemas.outputs import CaseResult
-from worker.otlp.evaluation import evaluation_records, logs_request
+from worker.otlp.evaluation import evaluation_records, logs_json, logs_request
 from worker.otlp.settings import EvaluationSinkSettings
 
 log = logging.getLogger("scorestream")
@@ -82,7 +81,7 @@ class EvaluationSink:
             await self._post(request.SerializeToString(), len(batch))
         if self.settings.topic is not None and self.produce is not None:
             if self.settings.encoding == "otlp_json":
-                value = json_format.MessageToJson(request, indent=None).encode("utf-8")
+                value = logs_json(request)
             else:
                 value = request.SerializeToString()
             try:
