@@ -139,9 +139,10 @@ async def test_collector_spans_are_scored_and_evaluations_reach_the_receiver(
             lambda r: (
                 sum(1 for v in r.values(topics.results) if v["kind"] == "turn") >= 3
                 and len(r.values(topics.dead_letters)) >= 1
+                and any(v["kind"] == "session" for v in r.values(topics.results))
             ),
             timeout=90,
-            what="three turn results and a dead letter",
+            what="three turn results, the session closed by idleness and a dead letter",
         )
         deadline = time.monotonic() + 30
         while len(receiver.records) < 3 and time.monotonic() < deadline:
@@ -165,6 +166,9 @@ async def test_collector_spans_are_scored_and_evaluations_reach_the_receiver(
         assert turn["trace_id"] in trace_ids
         assert turn["model"] == "gpt-test-2026"
         assert turn["labels"]["service.name"] == "ledger-app"
+    (session,) = [v for v in reader.values(topics.results) if v["kind"] == "session"]
+    assert session["id"] == "session:conv-42"  # gen_ai.conversation.id, closed when idle
+    assert session["counts"]["turns"] == 3
     (letter,) = reader.values(topics.dead_letters)
     assert letter["error"]["type"] == (
         "invalid_json" if encoding == "otlp_json" else "invalid_record"
