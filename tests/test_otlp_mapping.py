@@ -4,11 +4,15 @@ exporter writes them (both encodings), mapped to alignment turn envelopes."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
+from schemas.envelope import parse_event_time
 from tests.otlp_spans import ENCODERS, SpanMaker, otlp_proto
+from tests.streamkit import EXAMPLES
 from worker import input_records
+from worker.otlp.as_spans import envelopes_as_spans
 from worker.otlp.mapping import (
     DUPLICATE,
     MAPPED,
@@ -185,3 +189,42 @@ def test_a_giant_batch_is_read_in_linear_time() -> None:
     spans = [maker.chat(f"Reply {i}.") for i in range(2000)]
     batch = _source().read(otlp_proto(spans))
     assert batch.outcomes == {MAPPED: 2000}
+
+
+@pytest.mark.parametrize("encoding", ["otlp_proto", "otlp_json"])
+def test_produce_as_otlp_spans_map_back_to_the_same_turns(encoding: str) -> None:
+    lines = (EXAMPLES / "demo" / "stream.jsonl").read_bytes().splitlines()
+    turns = [record for line in lines if (record := _turn(line)) is not None]
+    made = envelopes_as_spans(lines, encoding, spans_per_message=10)
+    assert made.spans == len(turns) and made.skipped == len(lines) - len(turns)
+    source = _source(encoding, labels=["app"])
+    mapped = [envelope for message in made.messages for envelope in source.read(message).envelopes]
+    assert len(mapped) == len(turns)
+    by_turn = {(e["payload"]["session_id"], e["payload"]["turn_index"]): e for e in mapped}
+    indexes: dict[str, list[int]] = {}
+    for turn in turns:
+        indexes.setdefault(turn["payload"]["session_id"], []).append(turn["payload"]["turn_index"])
+    for turn in turns:
+        payload = turn["payload"]
+        # The turns keep their order: each is as many as the session's turns before it.
+        rank = sorted(indexes[payload["session_id"]]).index(payload["turn_index"])
+        envelope = by_turn[payload["session_id"], rank]
+        assert envelope["payload"] == {
+            "session_id": payload["session_id"],
+            "turn_index": rank,
+            "persona_id": payload["persona_id"],
+            "text": payload["text"],
+            "user": payload["user"],
+        }
+        assert envelope["ts"] == int(parse_event_time(turn["ts"]).timestamp() * 1000)
+        assert envelope["model"] == turn["model"]
+        assert envelope["labels"] == {"app": turn["labels"]["app"]}
+
+
+def _turn(line: bytes) -> dict[str, Any] | None:
+    """An alignment turn envelope of the demo stream (which has malformed lines too)."""
+    try:
+        record = json.loads(line)
+        return record if "text" in record["payload"] and record["suite"] == "alignment" else None
+    except (ValueError, KeyError, TypeError):
+        return None

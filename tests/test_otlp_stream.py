@@ -5,29 +5,36 @@ OTLP/HTTP receiver."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
 
 from tests.otlp_spans import ENCODERS, SpanMaker
 from tests.streamkit import (
+    EXAMPLES,
     InProcessWorker,
     TopicReader,
     create_layout,
+    envelopes,
     make_config,
     produce,
     provision,
     settings_of,
 )
 from worker.broker import EmbeddedBroker
+from worker.otlp.mapping import OtlpSource
 
-pytestmark = pytest.mark.asyncio
+pytestmark = [pytest.mark.integration, pytest.mark.model]
 
 
 class OtlpLogsReceiver:
@@ -185,3 +192,34 @@ async def test_collector_spans_are_scored_and_evaluations_reach_the_receiver(
         assert record.trace_id.hex() == turns[span_id]["trace_id"]
         assert attrs["gen_ai.evaluation.name"] == "scorestream.alignment.safety"
         assert attrs["gen_ai.evaluation.score.value"] == turns[span_id]["scores"]["safety"]
+
+
+async def test_produce_as_otlp_writes_the_turns_as_span_messages(
+    broker: EmbeddedBroker, tmp_path: Path
+) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        "sources: {otlp: {encoding: otlp_json, default_persona: ledgerline}}\n", "utf-8"
+    )
+    source = EXAMPLES / "alignment" / "envelopes.jsonl"
+    args = ["produce", str(source), "--as-otlp", "--broker", broker.url, "--config", str(config)]
+    done = subprocess.run(
+        [sys.executable, "-m", "worker", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    turns = envelopes(source)
+    assert f"{len(turns)} turns as spans in 1 messages" in done.stderr
+    async with TopicReader(broker.bootstrap, "otlp_spans") as reader:
+        await reader.until(lambda r: r.records["otlp_spans"], timeout=30, what="span messages")
+    settings = settings_of({"sources": {"otlp": {"encoding": "otlp_json"}}})
+    assert settings.sources.otlp is not None
+    mapped = OtlpSource(settings.sources.otlp, 1 << 20).read(
+        orjson.dumps(reader.values("otlp_spans")[0])
+    )
+    assert sorted(e["payload"]["text"] for e in mapped.envelopes) == sorted(
+        t["payload"]["text"] for t in turns
+    )

@@ -1,5 +1,5 @@
 """OTLP trace messages as the Collector's Kafka exporter writes them: bytes in, `TracesData`
-out, or `Rejected` with the dead-letter reason.
+out, or `Rejected` with the dead-letter reason (and `traces_json`, the other way).
 
 `otlp_proto` is the protobuf `TracesData` (the same bytes as `ExportTraceServiceRequest`);
 `otlp_json` is its OTLP/JSON form, where trace and span ids are hex strings instead of
@@ -93,6 +93,18 @@ def _convert(holder: dict[str, Any]) -> None:
             raise Rejected(INVALID_OTLP, f"{name} is not hex: {value[:80]!r}") from None
 
 
+def traces_json(traces: TracesData) -> bytes:
+    """The OTLP/JSON form of `traces` (the Collector's `otlp_json`): ids in hex."""
+    data = json_format.MessageToDict(traces)
+    for resource_spans in _dicts(data.get("resourceSpans")):
+        for scope_spans in _dicts(resource_spans.get("scopeSpans")):
+            for span in _dicts(scope_spans.get("spans")):
+                for name in _HEX_ID_FIELDS:
+                    if isinstance(span.get(name), str):
+                        span[name] = base64.b64decode(span[name]).hex()
+    return orjson.dumps(data)
+
+
 def to_python(value: AnyValue) -> object:
     """An attribute value as plain Python (None when unset; bytes as base64 text)."""
     kind = value.WhichOneof("value")
@@ -116,4 +128,4 @@ def attributes(pairs: Any) -> dict[str, AnyValue]:
     return found
 
 
-__all__ = ["INVALID_OTLP", "attributes", "decode_traces", "to_python"]
+__all__ = ["INVALID_OTLP", "attributes", "decode_traces", "to_python", "traces_json"]
