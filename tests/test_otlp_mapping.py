@@ -12,6 +12,7 @@ from schemas.envelope import parse_event_time
 from tests.otlp_spans import ENCODERS, SpanMaker, otlp_proto
 from tests.streamkit import EXAMPLES
 from worker import input_records
+from worker.config import load_settings
 from worker.otlp.as_spans import envelopes_as_spans
 from worker.otlp.mapping import (
     DUPLICATE,
@@ -228,3 +229,10 @@ def _turn(line: bytes) -> dict[str, Any] | None:
         return record if "text" in record["payload"] and record["suite"] == "alignment" else None
     except (ValueError, KeyError, TypeError):
         return None
+
+
+def test_the_shipped_otel_config_loads() -> None:
+    settings = load_settings(EXAMPLES.parent / "deploy" / "otel" / "config.otel.yaml", environ={})
+    assert settings.sources.otlp is not None and settings.sources.otlp.topic == "otlp_spans"
+    assert settings.evaluations is not None
+    assert settings.evaluations.topic == "llm.eval.evaluations.v1"
