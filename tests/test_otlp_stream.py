@@ -96,6 +96,7 @@ async def test_collector_spans_are_scored_and_evaluations_reach_the_receiver(
             "topic": span_topic,
             "encoding": encoding,
             "persona_by_service": {"ledger-app": "ledgerline"},
+            "max_message_bytes": 64 * 1024,
         }
     }
     config["evaluations"] = {"endpoint": receiver.endpoint, "flush_interval": "200ms"}
@@ -128,11 +129,19 @@ async def test_collector_spans_are_scored_and_evaluations_reach_the_receiver(
     other = app.span("GET /balance", {"http.request.method": "GET"})
     embed = app.span("embeddings", {"gen_ai.operation.name": "embeddings"})
     encode = ENCODERS[encoding]
+    giant = encode([app.chat(f"Reply {i}. " * 20) for i in range(200)])
+    assert len(giant) > 64 * 1024
+    hostile = [
+        b"\x00\x01 not OTLP at all",
+        encode(chats)[:-5],  # truncated
+        ENCODERS["otlp_json" if encoding == "otlp_proto" else "otlp_proto"](chats),
+        giant,  # over sources.otlp.max_message_bytes
+    ]
     messages = [
+        *hostile,  # first: the worker stays alive and scores what comes after
         encode([chats[0], other]),
         encode([chats[1], chats[2], embed]),
         encode(chats),  # the Collector re-delivers: each span is scored once
-        b"\x00\x01 not OTLP at all",
     ]
     span_ids = {format(s.get_span_context().span_id, "016x") for s in chats}
     trace_ids = {format(s.get_span_context().trace_id, "032x") for s in chats}
@@ -145,11 +154,11 @@ async def test_collector_spans_are_scored_and_evaluations_reach_the_receiver(
         await reader.until(
             lambda r: (
                 sum(1 for v in r.values(topics.results) if v["kind"] == "turn") >= 3
-                and len(r.values(topics.dead_letters)) >= 1
+                and len(r.values(topics.dead_letters)) >= len(hostile)
                 and any(v["kind"] == "session" for v in r.values(topics.results))
             ),
             timeout=90,
-            what="three turn results, the session closed by idleness and a dead letter",
+            what="three turn results, the session closed by idleness and the dead letters",
         )
         deadline = time.monotonic() + 30
         while len(receiver.records) < 3 and time.monotonic() < deadline:
@@ -176,11 +185,13 @@ async def test_collector_spans_are_scored_and_evaluations_reach_the_receiver(
     (session,) = [v for v in reader.values(topics.results) if v["kind"] == "session"]
     assert session["id"] == "session:conv-42"  # gen_ai.conversation.id, closed when idle
     assert session["counts"]["turns"] == 3
-    (letter,) = reader.values(topics.dead_letters)
-    assert letter["error"]["type"] == (
-        "invalid_json" if encoding == "otlp_json" else "invalid_record"
-    )
-    assert letter["source"]["topic"] == span_topic
+    letters = reader.values(topics.dead_letters)
+    reasons = [letter["error"]["type"] for letter in letters]
+    assert len(reasons) == len(hostile) and reasons.count("oversized") == 1
+    # (protobuf bytes read as JSON are not UTF-8, or, by chance, not JSON)
+    readable = {"invalid_json", "not_utf8"} if encoding == "otlp_json" else {"invalid_record"}
+    assert set(reasons) - {"oversized"} <= readable
+    assert {letter["source"]["topic"] for letter in letters} == {span_topic}
 
     records = receiver.records
     assert len(records) == 3
