@@ -17,7 +17,7 @@ from worker import input_records
 from worker.config import GateConfig
 from worker.gates import GateEvaluator, gated_metrics
 from worker.suites.base import Scored, State
-from worker.windows import WindowKey
+from worker.windowing.windows import WindowKey
 
 WINDOW = WindowKey(60.0, None, 1_714_564_800.0)  # 2024-05-01T12:00:00Z
 TS = datetime(2024, 5, 1, 12, 0, 30, tzinfo=UTC)

@@ -42,7 +42,7 @@ from worker.suites.base import (
     scorer_versions,
 )
 from worker.telemetry import Telemetry
-from worker.windows import WindowKey
+from worker.windowing.windows import WindowKey
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -178,7 +178,7 @@ def echo_suite(monkeypatch: pytest.MonkeyPatch) -> Iterator[SuiteSpec]:
     # `worker.config` builds `Settings` from the registry once, at import: rebuild it as an
     # import with the suite registered would have.
     monkeypatch.setattr(config, "Settings", config.settings_model(registry.specs()))
-    monkeypatch.setattr(aggregation, "Aggregate", EchoAggregate)
+    monkeypatch.setattr(aggregation.message, "Aggregate", EchoAggregate)
     try:
         yield SPEC
     finally:

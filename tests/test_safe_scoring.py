@@ -19,7 +19,7 @@ from worker.config import ConfigError, SafeSettings, load_settings
 from worker.input_records import build_result
 from worker.suites.base import Scored, scorer_versions
 from worker.suites.safe import SafeAggregator, at_least, match_terms, score_case
-from worker.windows import WindowKey
+from worker.windowing.windows import WindowKey
 
 
 def case(

@@ -85,7 +85,9 @@ class WindowConfig(Section):
     @property
     def name(self) -> str:
         """Label used in topic keys and Prometheus: '1m' or '1h/5m'."""
-        from worker.windows import window_name  # (worker.windows imports this module)
+        from worker.windowing.windows import (
+            window_name,
+        )  # (worker.windowing.windows imports this module)
 
         return window_name(self.size, self.step)
 

@@ -27,7 +27,6 @@ from schemas.outputs import (
     Versions,
 )
 from worker.config import LimitsSettings
-from worker.eventtime import InvalidEventTime, check_event_time
 
 # Dead-letter reasons and `Rejected` live in `worker.rejections`; re-exported here.
 from worker.rejections import (
@@ -49,6 +48,7 @@ from worker.rejections import (
 from worker.suites import registry
 from worker.suites.base import Scored
 from worker.validation_errors import describe_validation_error
+from worker.windowing.watermark import InvalidEventTime, check_event_time
 
 INPUT_RECORDS: TypeAdapter[InputRecord] = TypeAdapter(InputRecord)
 

@@ -37,7 +37,7 @@ from worker.rejections import REASONS
 from worker.suites import registry
 from worker.suites.alignment.judge_verdict import JUDGE_ERROR_REASONS
 from worker.unknown_fields import DETAIL_KEY as UNKNOWN_FIELDS_DETAIL
-from worker.windows import window_name
+from worker.windowing.windows import window_name
 
 OTHER = "other"
 NO_LABEL = "none"

@@ -51,7 +51,7 @@ from worker.stream.windows import WindowStage, gate_windows
 from worker.suites.alignment.judge_client import SafetyJudge
 from worker.suites.registry import AGGREGATORS
 from worker.telemetry import Telemetry, scorestream_version
-from worker.windows import pane_width
+from worker.windowing.windows import pane_width
 
 log = logging.getLogger("scorestream")
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from worker.config import WindowConfig
 from worker.retime import rfc3339
-from worker.windows import window_ends
+from worker.windowing.windows import window_ends
 
 LOG_INTERVAL = 10.0  # seconds of wall time between two lines of one suite
 ADVICE = (
