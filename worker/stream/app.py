@@ -247,6 +247,7 @@ class ScorestreamApp:
         )
         self.publisher.evaluations = sink
         self.app.timer(sink_settings.flush_interval)(self._flush_evaluations)
+        self.app.on_before_shutdown.connect(self._drain_evaluations)
         return sink
 
     async def _flush_evaluations(self) -> None:
@@ -256,6 +257,15 @@ class ScorestreamApp:
             await self.evaluations.flush()
         except Exception:  # a timer error would stop the worker: log it, try next time
             log.exception("sending evaluation records failed")
+
+    async def _drain_evaluations(self, sender: Any, /, *args: Any, **kwargs: Any) -> None:
+        """At a stop (the consumer stopped, the producer not yet): send what is queued."""
+        if self.evaluations is None:
+            return
+        try:
+            await asyncio.wait_for(self.evaluations.close(), self.settings.stream.rebalance_timeout)
+        except Exception:  # the stop goes on; what was not sent is lost (and logged)
+            log.exception("sending the last evaluation records failed")
 
     def close(self) -> None:
         """Stop the embedding thread and the scoring processes (after the app stopped)."""
