@@ -101,11 +101,19 @@ async def test_collector_spans_are_scored_and_evaluations_reach_the_receiver(
     }
     # otlp_json: no timer flush during the test; the records go out when the worker stops
     flush = "200ms" if encoding == "otlp_proto" else "1h"
-    config["evaluations"] = {"endpoint": receiver.endpoint, "flush_interval": flush}
+    evaluations_topic = f"evaluations-{config['app_id']}"
+    config["evaluations"] = {
+        "endpoint": receiver.endpoint,
+        "flush_interval": flush,
+        "topic": evaluations_topic,  # for the Collector's Kafka receiver, in OTLP/JSON here
+        "encoding": "otlp_json",
+    }
     settings = settings_of(config)
     topics = settings.topics
     await provision(settings, broker.url)
-    await create_layout(broker.bootstrap, {span_topic: settings.stream.partitions})
+    await create_layout(
+        broker.bootstrap, {span_topic: settings.stream.partitions, evaluations_topic: 1}
+    )
 
     app = SpanMaker("ledger-app", **{"deployment.environment": "test"})
     now_ns = time.time_ns()
@@ -208,6 +216,16 @@ async def test_collector_spans_are_scored_and_evaluations_reach_the_receiver(
         assert attrs["gen_ai.evaluation.name"] == "scorestream.alignment.safety"
         assert attrs["gen_ai.evaluation.score.value"] == turns[span_id]["scores"]["safety"]
 
+    async with TopicReader(broker.bootstrap, evaluations_topic) as evaluations:
+        await evaluations.until(
+            lambda r: sum(len(_json_records(v)) for v in r.values(evaluations_topic)) >= 3,
+            timeout=30,
+            what="evaluation records on the topic",
+        )
+    written = [r for v in evaluations.values(evaluations_topic) for r in _json_records(v)]
+    assert sorted(r["spanId"] for r in written) == sorted(span_ids)  # OTLP/JSON: hex ids
+    assert {r["eventName"] for r in written} == {"gen_ai.evaluation.result"}
+
 
 async def test_produce_as_otlp_writes_the_turns_as_span_messages(
     broker: EmbeddedBroker, tmp_path: Path
@@ -238,3 +256,12 @@ async def test_produce_as_otlp_writes_the_turns_as_span_messages(
     assert sorted(e["payload"]["text"] for e in mapped.envelopes) == sorted(
         t["payload"]["text"] for t in turns
     )
+
+
+def _json_records(request: dict[str, Any]) -> list[dict[str, Any]]:
+    return [
+        record
+        for resource_logs in request["resourceLogs"]
+        for scope_logs in resource_logs["scopeLogs"]
+        for record in scope_logs["logRecords"]
+    ]
