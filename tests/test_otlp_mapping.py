@@ -7,6 +7,8 @@ import json
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from schemas.envelope import parse_event_time
 from tests.otlp_spans import ENCODERS, SpanMaker, otlp_proto
@@ -236,3 +238,27 @@ def test_the_shipped_otel_config_loads() -> None:
     assert settings.sources.otlp is not None and settings.sources.otlp.topic == "otlp_spans"
     assert settings.evaluations is not None
     assert settings.evaluations.topic == "llm.eval.evaluations.v1"
+
+
+VALID = otlp_proto([SpanMaker("bank-bot").chat("Fine.", history=[("assistant", "Hi")])])
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    encoding=st.sampled_from(["otlp_proto", "otlp_json"]),
+    raw=st.one_of(
+        st.binary(max_size=512),
+        st.builds(
+            lambda at, junk: VALID[:at] + junk + VALID[at + len(junk) :],
+            st.integers(0, len(VALID)),
+            st.binary(min_size=1, max_size=8),
+        ),
+    ),
+)
+def test_any_bytes_are_mapped_or_rejected_with_a_reason(encoding: str, raw: bytes) -> None:
+    try:
+        batch = _source(encoding).read(raw)
+    except Rejected as rejected:
+        assert rejected.reason in (INVALID_RECORD, INVALID_JSON, NOT_UTF8)
+    else:
+        assert sum(batch.outcomes.values()) >= len(batch.envelopes)
