@@ -20,7 +20,7 @@ import orjson
 
 from schemas.outputs import CaseResult, RecordSource, Versions
 from worker import aggregation
-from worker.gate_fields import SCORE_METRICS
+from worker.gates.fields import SCORE_METRICS
 from worker.windowing.windows import WindowKey
 
 METRICS = SCORE_METRICS["extraction"]  # the extraction suite's per-result scores

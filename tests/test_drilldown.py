@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 
 from schemas.outputs import CaseResult, RecordSource, Versions
 from worker import aggregation as agg
-from worker import input_records
 from worker.config import GateConfig
-from worker.gates import GateEvaluator, gated_metrics
+from worker.gates.evaluator import GateEvaluator, gated_metrics
+from worker.input import records as input_records
 from worker.suites.base import Scored, State
 from worker.windowing.windows import WindowKey
 
@@ -257,7 +257,7 @@ def published(
 
 
 def test_select_a_window_and_segment_worst_first_counting_a_republished_case_once() -> None:
-    from worker.drilldown import select, window_query
+    from worker.gates.drilldown import select, window_query
 
     start = datetime.fromtimestamp(WINDOW.start, UTC)
     results = [
@@ -275,7 +275,7 @@ def test_select_a_window_and_segment_worst_first_counting_a_republished_case_onc
 
 
 def test_select_a_gate_events_cases_in_its_order_and_names_the_missing() -> None:
-    from worker.drilldown import Query, select
+    from worker.gates.drilldown import Query, select
 
     start = datetime.fromtimestamp(WINDOW.start, UTC)
     query = Query("safe", start, start, cases=(("c", "case"), ("x", "case"), ("a", "case")))

@@ -17,7 +17,7 @@ from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsSer
 from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
 
 from schemas.outputs import CaseResult, Versions
-from worker.input_records import build_result
+from worker.input.records import build_result
 from worker.otlp.evaluation import EVENT_NAME, evaluation_records
 from worker.otlp.settings import EvaluationSinkSettings
 from worker.otlp.sink import GAVE_UP, QUEUE_FULL, REFUSED, EvaluationSink

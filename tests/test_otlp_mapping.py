@@ -13,8 +13,9 @@ from hypothesis import strategies as st
 from schemas.envelope import parse_event_time
 from tests.otlp_spans import ENCODERS, SpanMaker, otlp_proto
 from tests.streamkit import EXAMPLES
-from worker import input_records
 from worker.config import load_settings
+from worker.input import records as input_records
+from worker.input.rejections import INVALID_JSON, INVALID_RECORD, NOT_UTF8, OVERSIZED, Rejected
 from worker.otlp.as_spans import envelopes_as_spans
 from worker.otlp.mapping import (
     DUPLICATE,
@@ -29,7 +30,6 @@ from worker.otlp.mapping import (
     OtlpSource,
 )
 from worker.otlp.settings import OtlpSourceSettings
-from worker.rejections import INVALID_JSON, INVALID_RECORD, NOT_UTF8, OVERSIZED, Rejected
 
 END_NS = 1_780_000_000_123_456_789
 

@@ -31,7 +31,7 @@ from tests.streamkit import (
     provision,
     settings_of,
 )
-from worker.broker import EmbeddedBroker
+from worker.ops.broker import EmbeddedBroker
 from worker.otlp.mapping import OtlpSource
 
 pytestmark = [pytest.mark.integration, pytest.mark.model]

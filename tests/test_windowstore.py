@@ -11,8 +11,8 @@ import orjson
 import pytest
 
 from schemas.outputs import CaseResult, RecordSource
-from worker import input_records
 from worker.config import WindowConfig
+from worker.input import records as input_records
 from worker.suites.registry import AGGREGATORS
 from worker.windowing.pane_folds import PaneFold
 from worker.windowing.store import Emission, WindowStore

@@ -33,7 +33,8 @@ from pydantic import (
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from schemas.envelope import SuiteName
-from worker.gate_fields import metric_problem, stat_problem
+from worker.gates.fields import metric_problem, stat_problem
+from worker.input.validation_errors import error_lines
 from worker.otlp.settings import EvaluationSinkSettings, SourcesSettings
 from worker.settings_base import (
     ConfigError,
@@ -64,7 +65,6 @@ from worker.suites.extraction.settings import (
     SchemaModeConfig,
 )
 from worker.suites.safe.settings import MetricThreshold, SafeSettings, SafeThresholds, SafeWeights
-from worker.validation_errors import error_lines
 from worker.yaml_files import read_yaml
 
 # ---------------------------------------------------------------- windows and gates

@@ -18,8 +18,8 @@ from google.protobuf.message import DecodeError
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import TracesData
 
+from worker.input.rejections import INVALID_JSON, INVALID_RECORD, NOT_UTF8, OVERSIZED, Rejected
 from worker.otlp.settings import OtlpEncoding
-from worker.rejections import INVALID_JSON, INVALID_RECORD, NOT_UTF8, OVERSIZED, Rejected
 
 INVALID_OTLP = INVALID_RECORD  # a message that is not OTLP traces (dead-letter reason)
 MAX_JSON_DEPTH = 64  # nesting `json_format` reads (AnyValue lists in lists ...)

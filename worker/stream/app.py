@@ -30,7 +30,8 @@ from prometheus_client import Counter
 
 from topics.provision import bootstrap_servers
 from worker.config import Settings
-from worker.kafka_security import aiokafka_options, faust_options, internal_topic_configs
+from worker.ops.kafka_security import aiokafka_options, faust_options, internal_topic_configs
+from worker.ops.telemetry import Telemetry, scorestream_version
 from worker.otlp.mapping import OtlpSource
 from worker.otlp.sink import DROP_REASONS, EvaluationSink
 from worker.scoring_suites import ScoringSuites
@@ -50,7 +51,6 @@ from worker.stream.sessions import SessionStage
 from worker.stream.windows import WindowStage, gate_windows
 from worker.suites.alignment.judge_client import SafetyJudge
 from worker.suites.registry import AGGREGATORS
-from worker.telemetry import Telemetry, scorestream_version
 from worker.windowing.windows import pane_width
 
 log = logging.getLogger("scorestream")

@@ -17,7 +17,7 @@ import orjson
 from faust.types import EventT
 from prometheus_client import Counter
 
-from worker import input_records
+from worker.input import records as input_records
 from worker.otlp.mapping import OUTCOMES, UNMAPPED_REASONS, OtlpSource, SourceBatch
 from worker.stream.context import StreamContext, run_to_completion, source_position
 from worker.stream.publish import OutputTooLarge

@@ -19,12 +19,13 @@ import orjson
 from faust.types import TopicT
 
 from schemas.outputs import Aggregate, CaseResult, GateEvent
-from worker import aggregation, input_records
+from worker import aggregation
 from worker.config import Settings
+from worker.input import records as input_records
+from worker.ops.telemetry import Telemetry
 from worker.otlp.sink import EvaluationSink
 from worker.stream.record_batches import send_batches
 from worker.suites.base import Scored, SuiteAggregator
-from worker.telemetry import Telemetry
 from worker.windowing.pane_folds import PaneFold
 from worker.windowing.watermark import Marker
 

@@ -25,7 +25,8 @@ import orjson
 from faust.types import EventT
 
 from schemas.envelope import AlignmentRecord, AlignmentSessionPayload, AlignmentTurnPayload
-from worker import input_records
+from worker.input import records as input_records
+from worker.input.unknown_fields import unknown_fields, with_unknown_fields
 from worker.scoring_pool import Outcome
 from worker.scoring_suites import ALIGNMENT_TURN
 from worker.stream.context import StreamContext, event_context, run_to_completion
@@ -40,7 +41,6 @@ from worker.suites.alignment.scoring import (
     turn_scored,
 )
 from worker.suites.base import Scored
-from worker.unknown_fields import unknown_fields, with_unknown_fields
 from worker.windowing.progress import ProgressTable
 from worker.windowing.watermark import Marker, Watermark
 

@@ -27,7 +27,7 @@ from schemas.envelope import parse_event_time
 from schemas.outputs import Aggregate, CaseResult, RecordSource
 from worker import aggregation
 from worker.config import Settings, WindowConfig
-from worker.gates import GateEvaluator, applies_to, gate_key, gated_metrics
+from worker.gates.evaluator import GateEvaluator, applies_to, gate_key, gated_metrics
 from worker.stream.context import StreamContext, event_context, run_to_completion
 from worker.stream.publish import marker_of
 from worker.stream.scoring import INPUT_GROUP
