@@ -35,6 +35,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 from schemas.envelope import SuiteName
 from worker.gates.fields import metric_problem, stat_problem
 from worker.input.validation_errors import error_lines
+from worker.otlp.settings import EvaluationSinkSettings, SourcesSettings
 from worker.settings_base import (
     ConfigError,
     Duration,
@@ -304,6 +305,9 @@ class CoreSettings(BaseSettings):
     stream: StreamSettings = Field(default_factory=StreamSettings)
     limits: LimitsSettings = Field(default_factory=LimitsSettings)
     kafka: KafkaSettings = Field(default_factory=KafkaSettings)
+    # OpenTelemetry: GenAI spans in (`sources.otlp`), evaluation log records out.
+    sources: SourcesSettings = Field(default_factory=SourcesSettings)
+    evaluations: EvaluationSinkSettings | None = None
 
     @classmethod
     def settings_customise_sources(

@@ -198,6 +198,8 @@ def run_produce(args: argparse.Namespace) -> int:
     if getattr(args, "retime", False):
         lines = retimed(lines, time.time())
     topic = args.topic or settings.topics.input
+    if getattr(args, "as_otlp", False):
+        lines, topic = _as_otlp(lines, settings, args.topic)
     if args.rate is not None and args.rate <= 0:
         raise UsageError("--rate must be positive")
     bootstrap = bootstrap_servers(broker)
@@ -206,6 +208,19 @@ def run_produce(args: argparse.Namespace) -> int:
     sent = asyncio.run(produce)
     print(f"produced {sent} records to {topic}", file=sys.stderr)
     return 0
+
+
+def _as_otlp(lines: list[bytes], settings: Settings, topic: str | None) -> tuple[list[bytes], str]:
+    """The alignment turns of `lines` as span messages, and the span topic."""
+    from worker.otlp.as_spans import envelopes_as_spans
+    from worker.otlp.settings import OtlpSourceSettings
+
+    source = settings.sources.otlp or OtlpSourceSettings()
+    made = envelopes_as_spans(lines, source.encoding)
+    if made.skipped:
+        print(f"left out {made.skipped} records that are no alignment turn", file=sys.stderr)
+    print(f"{made.spans} turns as spans in {len(made.messages)} messages", file=sys.stderr)
+    return made.messages, topic or source.topic
 
 
 def run_topics(args: argparse.Namespace) -> int:

@@ -23,6 +23,7 @@ from worker import aggregation
 from worker.config import Settings
 from worker.input import records as input_records
 from worker.ops.telemetry import Telemetry
+from worker.otlp.sink import EvaluationSink
 from worker.stream.record_batches import send_batches
 from worker.suites.base import Scored, SuiteAggregator
 from worker.windowing.pane_folds import PaneFold
@@ -176,6 +177,8 @@ class Publisher:
         self.topics = topics
         self.settings = settings
         self.telemetry = telemetry
+        # Where results also go as gen_ai.evaluation.result log records (`evaluations`).
+        self.evaluations: EvaluationSink | None = None
         self._segment_cache: dict[tuple[str, ...], Segments] = {}
 
     def check_size(self, topic: TopicT, key: bytes, value: bytes) -> None:
@@ -223,6 +226,8 @@ class Publisher:
             if size + RECORD_OVERHEAD > self.settings.limits.max_output_bytes:
                 topic = self.topics.aggregate_input.get_topic_name()
                 raise OutputTooLarge(topic, size, self.settings.limits.max_output_bytes)
+        if self.evaluations is not None:
+            self.evaluations.offer(result)
         if batch is not None:
             batch.results.append((key, value))
             scored = aggregation.scored_from(result) if batch.folding is not None else None
