@@ -18,6 +18,11 @@ measured right before and right after the worker and averaged (the machine is sh
   the same scoring functions and no Faust (target: at least 0.3x of it; the windows
   must count cases at 0.5x of its rate or more).
 
+- otlp: the same kind of alignment turns written as GenAI chat spans, 50 to a message as
+  the Collector's Kafka exporter batches them (`produce --as-otlp`), to the worker's
+  `sources.otlp` topic; baseline: the alignment row of the same round, the envelope path
+  (target: at least 0.8x of its turns/s). Span sessions close on idleness, after the run.
+
 Alignment records are assistant turns of 4-turn sessions (the last turn closes the
 session); its throughput counts turns. Three rounds and the growth table take about 6
 minutes on 2 cores.
@@ -55,16 +60,20 @@ sys.path.insert(0, str(REPO))
 
 from topics.catalog import record_key, topic_names  # noqa: E402
 from topics.provision import create_topics  # noqa: E402
-from worker import input_records  # noqa: E402
-from worker.broker import TANSU_STREAM_SETTINGS, EmbeddedBroker  # noqa: E402
 from worker.commands.stream import produce_lines  # noqa: E402
 from worker.config import Settings, load_settings  # noqa: E402
+from worker.input import records as input_records  # noqa: E402
+from worker.ops.broker import TANSU_STREAM_SETTINGS, EmbeddedBroker  # noqa: E402
+from worker.otlp.as_spans import envelopes_as_spans  # noqa: E402
+from worker.otlp.mapping import OtlpSource  # noqa: E402
 from worker.scoring_suites import ScoringSuites  # noqa: E402
 from worker.stream import ScorestreamApp  # noqa: E402
 from worker.suites.alignment.scoring import classifier_from_settings  # noqa: E402
 
 EXAMPLES = REPO / "examples"
-TARGETS = {"safe": 0.3, "extraction": 0.3, "alignment": 0.9}
+TARGETS = {"safe": 0.3, "extraction": 0.3, "alignment": 0.9, "otlp": 0.8}
+OTLP_TOPIC = "bench-otlp-spans"
+SPANS_PER_MESSAGE = 50
 CLASSIFIER_SHARE_TARGET = 0.05  # of the worker's time per alignment turn
 # cases counted into windows per second, as a share of the plain loop's results per second
 AGGREGATION_TARGETS = {"safe": 0.5, "extraction": 0.5}
@@ -256,6 +265,46 @@ async def worker_run(
     finally:
         await consumer.stop()
         await aggregates.stop()
+    return run
+
+
+async def otlp_run(scorer: ScorestreamApp, bootstrap: str, records: list[tuple[str, bytes]]) -> Run:
+    """Turn results of `records` written as span messages to the OTLP source topic."""
+    names = scorer.settings.topics
+    rules = scorer.settings.sources.otlp
+    assert rules is not None
+    consumer = await fresh_consumer(bootstrap, names.results)
+    records = restamp(records, EVENT_CLOCK.start(len(records)))
+    made = envelopes_as_spans([value for _, value in records], "otlp_proto", SPANS_PER_MESSAGE)
+    reader = OtlpSource(rules.model_copy(update={"dedupe_span_ids": 0}), 1 << 20)
+    # (span ids, message): what each message's turn results will be called
+    messages = [
+        ([str(e["id"]) for e in reader.read(message).envelopes], message)
+        for message in made.messages
+    ]
+    run = Run(n=made.spans)
+
+    def pick(data: dict[str, Any]) -> str | None:
+        if data.get("suite") != "alignment" or data.get("kind") != "turn":
+            return None
+        return str(data["id"])
+
+    cpu_before = time.process_time()
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5)
+    await producer.start()
+    try:
+        collecting = asyncio.create_task(collect(consumer, run, pick, timeout=30))
+        run.first = time.time()
+        for span_ids, message in messages:
+            now = time.time()
+            run.sent.update(dict.fromkeys(span_ids, now))
+            await producer.send(OTLP_TOPIC, message)
+        await producer.flush()
+        await collecting
+        run.cpu_seconds = time.process_time() - cpu_before
+    finally:
+        await producer.stop()
+        await consumer.stop()
     return run
 
 
@@ -637,6 +686,7 @@ def bench_settings(batch_size: int | None = None, threads: int | None = None) ->
                 "personas_dir": str(EXAMPLES / "personas"),
                 **({"embedding": {"threads": threads}} if threads else {}),
             },
+            "sources": {"otlp": {"topic": OTLP_TOPIC}},
         },
         environ={},
     )
@@ -692,7 +742,12 @@ def report(rows: list[dict[str, Any]]) -> tuple[bool, bool]:
 
 async def main(args: argparse.Namespace) -> int:
     settings = bench_settings(1 if args.one_record_batches else None, args.threads)
-    counts = {"safe": args.n_safe, "extraction": args.n_extraction, "alignment": args.n_alignment}
+    counts = {
+        "safe": args.n_safe,
+        "extraction": args.n_extraction,
+        "alignment": args.n_alignment,
+        "otlp": args.n_alignment,
+    }
     suites = [suite for suite in args.suites.split(",") if counts.get(suite, 0) > 0]
     print("loading scorers and the embedding model ...", flush=True)
     scoring_suites = ScoringSuites.load(settings)
@@ -702,6 +757,12 @@ async def main(args: argparse.Namespace) -> int:
     started = time.time()
     with EmbeddedBroker() as broker:
         await create_topics(broker.url, topic_names(settings.topics), PARTITIONS)
+        admin = AIOKafkaAdminClient(bootstrap_servers=broker.bootstrap)
+        await admin.start()
+        try:
+            await admin.create_topics([NewTopic(OTLP_TOPIC, PARTITIONS, 1)])
+        finally:
+            await admin.close()
         print("starting the worker ...", flush=True)
         encodes = EncodeLog()
         encodes.wrap(scoring_suites)
@@ -755,6 +816,20 @@ async def measure(
     rows: list[dict[str, Any]] = []
     for suite in suites:
         now = time.time()
+        if suite == "otlp":
+            envelope_rows = [row for row in rows if row["suite"] == "alignment"]
+            if not envelope_rows:
+                print("  otlp: skipped (its baseline is the alignment row of the round)")
+                continue
+            print(f"  worker: otlp spans x {counts[suite]} ...", flush=True)
+            data = make_records("alignment", counts[suite], f"o{now:.3f}", now)
+            run = await otlp_run(scorer, bootstrap, data)
+            rate = envelope_rows[0]["worker"].throughput
+            rows.append(
+                {"suite": suite, "worker": run, "baseline": "envelope path (row above)"}
+                | {"baseline_rate": rate, "baseline_run": None}
+            )
+            continue
         data = make_records(suite, counts[suite], f"w{now:.3f}", now)
         if suite == "alignment":
             # measured right before and after the worker's run, as the CPU is shared
@@ -862,7 +937,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--runs", type=int, default=3, help="rounds of every suite")
     parser.add_argument("--threads", type=int, help="encoder threads (default: all cores)")
     parser.add_argument("--n-alignment", type=int, default=500)
-    parser.add_argument("--suites", default="safe,extraction,alignment")
+    parser.add_argument("--suites", default="safe,extraction,alignment,otlp")
     parser.add_argument(
         "--batch",
         type=int,

@@ -21,7 +21,7 @@ from tests.streamkit import (
     retime,
     settings_of,
 )
-from worker.broker import EmbeddedBroker
+from worker.ops.broker import EmbeddedBroker
 from worker.suites.alignment.scoring import score_safety
 
 pytestmark = pytest.mark.integration

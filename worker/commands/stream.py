@@ -17,11 +17,11 @@ from aiokafka import AIOKafkaProducer
 from topics.catalog import record_key, topic_names
 from topics.provision import bootstrap_servers, create_topics, list_topics
 from worker.config import ConfigError, Settings, load_settings
-from worker.connection import BrokerUnavailable, within
+from worker.demo.retime import MILLISECOND, event_seconds, retime, rfc3339
 from worker.exit_codes import UsageError
-from worker.kafka_security import aiokafka_options
-from worker.logs import json_logging_config
-from worker.retime import MILLISECOND, event_seconds, retime, rfc3339
+from worker.ops.connection import BrokerUnavailable, within
+from worker.ops.kafka_security import aiokafka_options
+from worker.ops.logs import json_logging_config
 
 
 def settings_for(args: argparse.Namespace) -> Settings:
@@ -70,9 +70,9 @@ async def provision_topics(settings: Settings, broker: str, partitions: int | No
 
 def run_worker(args: argparse.Namespace) -> int:
     """Run the streaming worker until interrupted."""
-    from worker.lag import watch_worker
+    from worker.ops.lag import watch_worker
+    from worker.ops.topic_watch import install_topic_watch
     from worker.stream import ScorestreamApp
-    from worker.topic_watch import install_topic_watch
 
     settings = settings_for(args)
     broker = broker_of(settings)
@@ -198,6 +198,8 @@ def run_produce(args: argparse.Namespace) -> int:
     if getattr(args, "retime", False):
         lines = retimed(lines, time.time())
     topic = args.topic or settings.topics.input
+    if getattr(args, "as_otlp", False):
+        lines, topic = _as_otlp(lines, settings, args.topic)
     if args.rate is not None and args.rate <= 0:
         raise UsageError("--rate must be positive")
     bootstrap = bootstrap_servers(broker)
@@ -206,6 +208,19 @@ def run_produce(args: argparse.Namespace) -> int:
     sent = asyncio.run(produce)
     print(f"produced {sent} records to {topic}", file=sys.stderr)
     return 0
+
+
+def _as_otlp(lines: list[bytes], settings: Settings, topic: str | None) -> tuple[list[bytes], str]:
+    """The alignment turns of `lines` as span messages, and the span topic."""
+    from worker.otlp.as_spans import envelopes_as_spans
+    from worker.otlp.settings import OtlpSourceSettings
+
+    source = settings.sources.otlp or OtlpSourceSettings()
+    made = envelopes_as_spans(lines, source.encoding)
+    if made.skipped:
+        print(f"left out {made.skipped} records that are no alignment turn", file=sys.stderr)
+    print(f"{made.spans} turns as spans in {len(made.messages)} messages", file=sys.stderr)
+    return made.messages, topic or source.topic
 
 
 def run_topics(args: argparse.Namespace) -> int:

@@ -26,10 +26,14 @@ from pathlib import Path
 from typing import Any
 
 import faust
+from prometheus_client import Counter
 
 from topics.provision import bootstrap_servers
 from worker.config import Settings
-from worker.kafka_security import aiokafka_options, faust_options, internal_topic_configs
+from worker.ops.kafka_security import aiokafka_options, faust_options, internal_topic_configs
+from worker.ops.telemetry import Telemetry, scorestream_version
+from worker.otlp.mapping import OtlpSource
+from worker.otlp.sink import DROP_REASONS, EvaluationSink
 from worker.scoring_suites import ScoringSuites
 from worker.stream.changelog_ends import exact_highwaters
 from worker.stream.commit_bound import bound_commits
@@ -38,6 +42,7 @@ from worker.stream.durable_table import durable_table
 from worker.stream.eager_delivery import deliver_eagerly
 from worker.stream.fetch_wait import set_fetch_max_wait
 from worker.stream.lean_monitor import LeanMonitor
+from worker.stream.otlp_source import OtlpSourceStage
 from worker.stream.partitioner import partition_for_key
 from worker.stream.publish import Folding, Publisher, StreamTopics
 from worker.stream.scoring import ScoreStage
@@ -46,8 +51,7 @@ from worker.stream.sessions import SessionStage
 from worker.stream.windows import WindowStage, gate_windows
 from worker.suites.alignment.judge_client import SafetyJudge
 from worker.suites.registry import AGGREGATORS
-from worker.telemetry import Telemetry
-from worker.windows import pane_width
+from worker.windowing.windows import pane_width
 
 log = logging.getLogger("scorestream")
 
@@ -168,6 +172,11 @@ class ScorestreamApp:
         app.agent(self.topics.input, name="score")(self.scoring.agent)
         app.agent(self.topics.turns, name="sessions")(self.session_stage.agent)
         app.agent(self.topics.aggregate_input, name="windows")(self.window_stage.agent)
+        streams = [self.topics.input, self.topics.turns, self.topics.aggregate_input]
+        self.otlp_topic = self._add_otlp_source(context)
+        if self.otlp_topic is not None:
+            streams.append(self.otlp_topic)
+        self.evaluations = self._add_evaluation_sink()
         app.timer(settings.stream.tick_interval)(self._tick)
         app.timer(settings.aggregate_emit_interval)(self._emit_interim)
         app.on_startup_finished = self._on_ready
@@ -176,7 +185,6 @@ class ScorestreamApp:
             consumer.highwaters = exact_highwaters(  # type: ignore[method-assign,assignment]
                 consumer.highwaters, bootstrap_servers(broker), aiokafka_options(settings)
             )
-        streams = (self.topics.input, self.topics.turns, self.topics.aggregate_input)
         guard_seek(app.consumer, {topic.get_topic_name() for topic in streams})
         deliver_eagerly(app.consumer)
         # A commit slower than a rebalance may take would cost the group membership anyway.
@@ -185,6 +193,79 @@ class ScorestreamApp:
             set_fetch_max_wait(app.consumer, settings.stream.fetch_max_wait)
         app.on_partitions_revoked.connect(self._on_revoked)
         app.on_rebalance_complete.connect(self._on_recovered)
+
+    def _add_otlp_source(self, context: StreamContext) -> Any:
+        """The `otlp` agent on `sources.otlp.topic`, when configured: GenAI spans become
+        envelopes on the input topic (`worker/stream/otlp_source.py`)."""
+        rules = self.settings.sources.otlp
+        if rules is None:
+            return None
+        personas = self.suites.personas
+        source = OtlpSource(
+            rules, self.settings.limits.text_bytes, lambda persona: persona in personas
+        )
+        self.otlp_stage = OtlpSourceStage(context, source)
+        topic = self.app.topic(rules.topic, **RAW)
+        self.app.agent(topic, name="otlp")(self.otlp_stage.agent)
+        return topic
+
+    def _add_evaluation_sink(self) -> EvaluationSink | None:
+        """Results with a trace id also go out as gen_ai.evaluation.result log records
+        (`evaluations`), flushed by a timer."""
+        sink_settings = self.settings.evaluations
+        if sink_settings is None:
+            return None
+        sent = Counter(
+            "scorestream_evaluation_records_total",
+            "gen_ai.evaluation.result log records sent, by destination (otlp_http, kafka).",
+            ["destination"],
+            registry=self.telemetry.registry,
+        )
+        dropped = Counter(
+            "scorestream_evaluation_records_dropped_total",
+            "gen_ai.evaluation.result log records dropped: queue_full, refused (a 4xx "
+            "answer), gave_up (evaluations.max_attempts failed).",
+            ["reason"],
+            registry=self.telemetry.registry,
+        )
+        for reason in DROP_REASONS:
+            dropped.labels(reason)
+        produce = None
+        if sink_settings.topic is not None:
+            topic = self.app.topic(sink_settings.topic, **RAW)
+            publisher = self.publisher
+
+            async def produce(value: bytes) -> object:
+                return await publisher.send(topic, b"", value)
+
+        sink = EvaluationSink(
+            sink_settings,
+            scorestream_version(),
+            produce=produce,
+            on_sent=lambda destination, count: sent.labels(destination).inc(count),
+            on_dropped=lambda reason, count: dropped.labels(reason).inc(count),
+        )
+        self.publisher.evaluations = sink
+        self.app.timer(sink_settings.flush_interval)(self._flush_evaluations)
+        self.app.on_before_shutdown.connect(self._drain_evaluations)
+        return sink
+
+    async def _flush_evaluations(self) -> None:
+        if self.evaluations is None:
+            return
+        try:
+            await self.evaluations.flush()
+        except Exception:  # a timer error would stop the worker: log it, try next time
+            log.exception("sending evaluation records failed")
+
+    async def _drain_evaluations(self, sender: Any, /, *args: Any, **kwargs: Any) -> None:
+        """At a stop (the consumer stopped, the producer not yet): send what is queued."""
+        if self.evaluations is None:
+            return
+        try:
+            await asyncio.wait_for(self.evaluations.close(), self.settings.stream.rebalance_timeout)
+        except Exception:  # the stop goes on; what was not sent is lost (and logged)
+            log.exception("sending the last evaluation records failed")
 
     def close(self) -> None:
         """Stop the embedding thread and the scoring processes (after the app stopped)."""

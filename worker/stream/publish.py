@@ -19,13 +19,15 @@ import orjson
 from faust.types import TopicT
 
 from schemas.outputs import Aggregate, CaseResult, GateEvent
-from worker import aggregation, input_records
+from worker import aggregation
 from worker.config import Settings
-from worker.eventtime import Marker
-from worker.pane_folds import PaneFold
+from worker.input import records as input_records
+from worker.ops.telemetry import Telemetry
+from worker.otlp.sink import EvaluationSink
 from worker.stream.record_batches import send_batches
 from worker.suites.base import Scored, SuiteAggregator
-from worker.telemetry import Telemetry
+from worker.windowing.pane_folds import PaneFold
+from worker.windowing.watermark import Marker
 
 log = logging.getLogger("scorestream")
 
@@ -51,9 +53,9 @@ class StreamTopics:
 
 @dataclass(frozen=True)
 class Folding:
-    """How the score stage folds a micro-batch's results per pane (`worker.pane_folds`)."""
+    """How the score stage folds a micro-batch's results per pane (`windowing.pane_folds`)."""
 
-    width: float  # pane width (`worker.windows.pane_width` of the window configurations)
+    width: float  # pane width (`worker.windowing.windows.pane_width` of the window configurations)
     aggregators: Mapping[str, SuiteAggregator]
     reservoir_size: int
 
@@ -175,6 +177,8 @@ class Publisher:
         self.topics = topics
         self.settings = settings
         self.telemetry = telemetry
+        # Where results also go as gen_ai.evaluation.result log records (`evaluations`).
+        self.evaluations: EvaluationSink | None = None
         self._segment_cache: dict[tuple[str, ...], Segments] = {}
 
     def check_size(self, topic: TopicT, key: bytes, value: bytes) -> None:
@@ -222,6 +226,8 @@ class Publisher:
             if size + RECORD_OVERHEAD > self.settings.limits.max_output_bytes:
                 topic = self.topics.aggregate_input.get_topic_name()
                 raise OutputTooLarge(topic, size, self.settings.limits.max_output_bytes)
+        if self.evaluations is not None:
+            self.evaluations.offer(result)
         if batch is not None:
             batch.results.append((key, value))
             scored = aggregation.scored_from(result) if batch.folding is not None else None

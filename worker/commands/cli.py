@@ -75,6 +75,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="shift every ts by the same amount so that the file ends now (history counts "
         "into its windows when produced before the worker starts)",
     )
+    produce.add_argument(
+        "--as-otlp",
+        action="store_true",
+        help="write the alignment turns as GenAI chat spans, as the OpenTelemetry "
+        "Collector's Kafka exporter would, to sources.otlp.topic (default otlp_spans)",
+    )
     _kafka_options(produce)
 
     topics = commands.add_parser("topics", help="provision or show the catalog's topics")
@@ -158,7 +164,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.getLogger("aiokafka").addHandler(logging.NullHandler())
     module = importlib.import_module(HANDLERS[args.command])
     handler = getattr(module, f"run_{args.command}")
-    from worker.connection import BrokerUnavailable
+    from worker.ops.connection import BrokerUnavailable
 
     try:
         return int(handler(args))

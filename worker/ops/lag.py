@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from worker.config import Settings
-from worker.telemetry import Telemetry
+from worker.ops.telemetry import Telemetry
 
 log = logging.getLogger("scorestream.lag")
 
