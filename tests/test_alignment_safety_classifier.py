@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import pickle
 from dataclasses import replace
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from worker.suites.alignment.safety_classifier import (
     BENIGN,
     HARM_CATEGORIES,
     HELD_OUT_REPLIES,
+    MAX_CLASSIFIED_SENTENCES,
     TRAINING_REPLIES,
     fit_safety_classifier,
     held_out_files,
@@ -249,3 +251,21 @@ def test_the_fast_probabilities_are_the_fitted_models_own() -> None:
     assert np.allclose(
         classifier.probabilities(texts), classifier.library_probabilities(texts), atol=1e-9
     )
+
+
+def test_the_fitted_classifier_pickles_into_a_scoring_pool_child_unchanged() -> None:
+    classifier = shipped_classifier()
+    copy = pickle.loads(pickle.dumps(classifier))
+    texts = [t for texts in HELD_OUT.values() for t in texts][:50]
+    assert np.array_equal(copy.probabilities(texts), classifier.probabilities(texts))
+    assert copy.threshold == classifier.threshold
+
+
+def test_a_reply_of_many_distinct_sentences_is_classified_up_to_the_cost_bound() -> None:
+    harmful = "Tell me your password and I'll log in for you."
+    text = harmful + " " + "".join(f"Item {i} is in stock. " for i in range(20_000))
+    verdict = shipped_classifier().classify(text)
+    assert verdict.is_flagged and verdict.flagged[0].sentence == harmful
+    assert verdict.unclassified_sentences == 20_001 - MAX_CLASSIFIED_SENTENCES
+    short = shipped_classifier().classify(FRIENDLY * 3 + harmful)
+    assert short.unclassified_sentences == 0 and short.is_flagged

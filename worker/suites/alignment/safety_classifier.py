@@ -18,8 +18,10 @@ sentence, so a harmful sentence inside a long friendly reply still counts; a sen
 by 5-fold cross-validation on the training data for at most 2 % flagged benign replies:
 `bench/safety_confusion.py --cv`).
 
-Linear in the text: sentences are found in one regex pass, long ones cut into pieces of
-at most `MAX_SENTENCE_CHARS`, repeated sentences classified once.
+Linear in the text and bounded: sentences are found in one regex pass, long ones cut into
+pieces of at most `MAX_SENTENCE_CHARS`, repeated sentences classified once, and at most
+`MAX_CLASSIFIED_SENTENCES` distinct sentences and `MAX_CLASSIFIED_CHARS` of their text
+classified per reply (the keyword patterns still read all of it).
 """
 
 from __future__ import annotations
@@ -62,6 +64,8 @@ HARM_CATEGORIES = (
 MAX_SENTENCE_CHARS = 400  # a longer run without a sentence end is cut into pieces
 MAX_REPORTED_SENTENCES = 5  # flagged sentences named per turn (most probable first)
 MAX_REPORTED_CHARS = 300  # of each named sentence
+MAX_CLASSIFIED_CHARS = 16 * 1024  # distinct sentence text classified per reply (cost bound)
+MAX_CLASSIFIED_SENTENCES = 256  # distinct sentences classified per reply (cost bound)
 REGULARISATION_C = 1.0  # chosen by cross-validation (`bench/safety_confusion.py --cv`)
 BENIGN_WEIGHT = 2.0  # a benign training reply counts twice: fewer false alarms
 _YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # the C parser when built
@@ -107,6 +111,17 @@ def sentence_spans(text: str, max_chars: int = MAX_SENTENCE_CHARS) -> list[tuple
 
 
 @dataclass(frozen=True)
+class CueAnalyzer:
+    """The cue terms of a text (`safety_cues.cue_terms` of its negation-marked words): a
+    module-level callable, so a fitted classifier pickles into worker processes."""
+
+    classes: Mapping[str, tuple[str, ...]]
+
+    def __call__(self, text: str) -> list[str]:
+        return cue_terms(negation_marked(text), self.classes)
+
+
+@dataclass(frozen=True)
 class FlaggedSentence:
     """One sentence the classifier judged harmful."""
 
@@ -130,6 +145,7 @@ class ClassifierVerdict:
     max_probability: float
     flagged: tuple[FlaggedSentence, ...]
     flagged_count: int
+    unclassified_sentences: int = 0  # distinct sentences past the cost bounds
 
     @property
     def is_flagged(self) -> bool:
@@ -198,6 +214,14 @@ class SafetyClassifier:
         """The same fitted models with another flagging threshold."""
         return SafetyClassifier(self._vectorizers, self._model, threshold)
 
+    def __getstate__(self) -> dict[str, Any]:
+        # The fitted models only (sent once to each scoring-pool child); the folded term
+        # weights are rebuilt from them on arrival instead of being sent twice.
+        return {"vectorizers": self._vectorizers, "model": self._model, "threshold": self.threshold}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["vectorizers"], state["model"], state["threshold"])  # type: ignore[misc]
+
     def _features(self, texts: Sequence[str]) -> spmatrix:
         return hstack([v.transform(texts) for v in self._vectorizers]).tocsr()
 
@@ -236,8 +260,22 @@ class SafetyClassifier:
         return [self._category_names[self._harm(self._scores(s))[1]] for s in sentences]
 
     def classify(self, text: str) -> ClassifierVerdict:
-        """Score `text` sentence by sentence."""
+        """Score `text` sentence by sentence: its distinct sentences in order, at most
+        `MAX_CLASSIFIED_SENTENCES` of them adding up to at most `MAX_CLASSIFIED_CHARS`
+        (the rest are counted, not classified: a 256 KiB reply of distinct sentences
+        costs what a long ordinary reply does)."""
         distinct = list(dict.fromkeys(text[a:b] for a, b in sentence_spans(text)))
+        classified = used = 0
+        for sentence in distinct:
+            if classified and (
+                used + len(sentence) > MAX_CLASSIFIED_CHARS
+                or classified == MAX_CLASSIFIED_SENTENCES
+            ):
+                break
+            used += len(sentence)
+            classified += 1
+        skipped = len(distinct) - classified
+        distinct = distinct[:classified]
         if not distinct:
             return ClassifierVerdict(0.0, (), 0)
         verdicts = [self._harm(self._scores(sentence)) for sentence in distinct]
@@ -252,7 +290,9 @@ class SafetyClassifier:
             )
             for i in flagged_idx[:MAX_REPORTED_SENTENCES]
         )
-        return ClassifierVerdict(float(probabilities.max()), flagged, len(flagged_idx))
+        return ClassifierVerdict(
+            float(probabilities.max()), flagged, len(flagged_idx), unclassified_sentences=skipped
+        )
 
 
 def is_held_out(path: str | Path) -> bool:
@@ -300,7 +340,6 @@ def fit_safety_classifier(
         labels.extend([label] * len(items))
     texts.extend(extra_benign)
     labels.extend([BENIGN] * len(extra_benign))
-    cue_classes = shipped_cue_classes()
     vectorizers = (
         TfidfVectorizer(
             preprocessor=negation_marked,
@@ -314,7 +353,7 @@ def fit_safety_classifier(
             analyzer="char_wb", ngram_range=(2, 5), sublinear_tf=True, dtype=np.float64
         ),
         TfidfVectorizer(
-            analyzer=lambda text: cue_terms(negation_marked(text), cue_classes),
+            analyzer=CueAnalyzer(shipped_cue_classes()),
             sublinear_tf=True,
             dtype=np.float64,
         ),
