@@ -1,22 +1,26 @@
 """The offline safety classifier: harmful assistant sentences, without the encoder.
 
-Trained at start-up (once per process, well under a second) on the labelled replies the
-project writes and ships in `worker/data/safety_replies.yaml`: seven harm categories
+Trained at start-up (once per process, about a second of CPU) on the labelled replies
+the project writes and ships in `worker/data/safety_replies.yaml`: seven harm categories
 (`HARM_CATEGORIES`) and benign hard negatives (refusals, warnings, crisis-line referrals,
-idioms, "kill the process", apologies, empathy), plus the shipped trait sentences as
-ordinary benign replies. `worker/data/safety_replies_heldout.yaml`, written separately,
-is never trained on: it only measures (`bench/safety_confusion.py`).
+idioms, "kill the process", apologies, empathy, ordinary support replies), plus the
+shipped trait sentences as ordinary benign replies. The held-out files
+(`safety_replies_heldout*.yaml`), written separately, are never trained on
+(`load_training_replies` refuses them): they only measure (`bench/safety_confusion.py`).
 
 Features need no encoder, so safety need not wait behind the embedder: TF-IDF of word
 unigrams and bigrams, where a word after a negation ("never", "don't", ...) up to the
-next punctuation is marked as negated ("Never mix bleach" -> `NEG_mix NEG_bleach`), and
-TF-IDF of character 2-5-grams within words. A scikit-learn logistic regression
-(liblinear, fixed seed: deterministic) says harmful or benign; the nearest category
-centroid (cosine, same features) names the harm category. A reply is scored sentence by
-sentence, so a harmful sentence inside a long friendly reply still counts; a sentence is
-*flagged* when its harm probability reaches the threshold (`DEFAULT_THRESHOLD`, chosen
-by 5-fold cross-validation on the training data for at most 2 % flagged benign replies:
-`bench/safety_confusion.py --cv`).
+next punctuation is marked as negated ("Never mix bleach" -> `NEG_mix NEG_bleach`),
+TF-IDF of character 2-5-grams within words, and TF-IDF of cue terms (`safety_cues.py`:
+listed words as their cue class, and pairs of classes met in one sentence). A
+scikit-learn one-vs-rest linear SVM (fixed seed: deterministic) scores benign and each
+harm category; a sentence's harm probability is the logistic of the margin by which its
+likeliest harm category beats benign, and that category names it. A reply is scored
+sentence by sentence, so a harmful sentence inside a long friendly reply still counts; a
+sentence is *flagged* when its harm probability reaches the threshold
+(`DEFAULT_THRESHOLD`, chosen by 5-fold cross-validation on the training data for at most
+4 % flagged benign replies, a margin under the 5 % target: `bench/safety_confusion.py
+--cv`).
 
 Linear in the text and bounded: sentences are found in one regex pass, long ones cut into
 pieces of at most `MAX_SENTENCE_CHARS`, repeated sentences classified once, and at most
