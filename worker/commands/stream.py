@@ -72,8 +72,10 @@ def run_worker(args: argparse.Namespace) -> int:
     """Run the streaming worker until interrupted."""
     from worker.lag import watch_worker
     from worker.stream import ScorestreamApp
+    from worker.stream.faust_patches import check
     from worker.topic_watch import install_topic_watch
 
+    check()  # the Faust libraries its patches were tested with, before anything connects
     settings = settings_for(args)
     broker = broker_of(settings)
     asyncio.run(provision_topics(settings, broker, settings.stream.partitions))
