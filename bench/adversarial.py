@@ -76,7 +76,7 @@ def text_size(factor: int, limit: int = TEXT_LIMIT) -> int:
 def extraction_scorer(payload: dict[str, Any], cot_required: bool = True) -> Callable[[], Any]:
     """The registry's extraction scorer on a record that passed `decode_record`."""
     from worker.config import Settings
-    from worker.input_records import decode_record
+    from worker.input.records import decode_record
     from worker.suites import registry
 
     settings = Settings.model_validate(
@@ -194,7 +194,7 @@ def span_iou_case(factor: int) -> Callable[[], Any]:
 
 def safe_scorer(payload: dict[str, Any]) -> Callable[[], Any]:
     from worker.config import Settings
-    from worker.input_records import decode_record
+    from worker.input.records import decode_record
     from worker.suites import registry
 
     envelope = {"id": "adv", "suite": "safe", "ts": 1, "model": "m", "payload": payload}

@@ -32,7 +32,7 @@ sys.path.insert(0, str(REPO))
 from tests.embedding_texts import varied_texts  # noqa: E402
 from worker.commands.score import Scorers, recognise  # noqa: E402
 from worker.config import Settings, load_settings  # noqa: E402
-from worker.input_files import read_rows  # noqa: E402
+from worker.input.files import read_rows  # noqa: E402
 from worker.suites.alignment.batch import make_batch_scorer  # noqa: E402
 from worker.suites.alignment.embedding_model import Embedder, MiniLMEmbedder  # noqa: E402
 from worker.suites.base import BatchItem, BatchOptions  # noqa: E402

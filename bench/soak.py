@@ -37,8 +37,8 @@ sys.path.insert(0, str(REPO))
 
 from topics.catalog import topic_names  # noqa: E402
 from topics.provision import create_topics  # noqa: E402
-from worker.broker import TANSU_STREAM_SETTINGS, EmbeddedBroker  # noqa: E402
 from worker.config import load_settings  # noqa: E402
+from worker.ops.broker import TANSU_STREAM_SETTINGS, EmbeddedBroker  # noqa: E402
 
 EXAMPLES = REPO / "examples"
 SESSION_TURNS = 4

@@ -20,8 +20,8 @@ import orjson
 
 from schemas.outputs import CaseResult, RecordSource, Versions
 from worker import aggregation
-from worker.gate_fields import SCORE_METRICS
-from worker.windows import WindowKey
+from worker.gates.fields import SCORE_METRICS
+from worker.windowing.windows import WindowKey
 
 METRICS = SCORE_METRICS["extraction"]  # the extraction suite's per-result scores
 WINDOW = WindowKey(3600.0, None, 1_714_564_800.0)

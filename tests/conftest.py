@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from worker.broker import EmbeddedBroker
+from worker.ops.broker import EmbeddedBroker
 
 
 @pytest.fixture

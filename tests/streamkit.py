@@ -23,9 +23,9 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from topics.catalog import topic_names
 from topics.provision import create_topics
-from worker.broker import TANSU_STREAM_SETTINGS
 from worker.commands.stream import produce_lines
 from worker.config import Settings, load_settings
+from worker.ops.broker import TANSU_STREAM_SETTINGS
 from worker.stream import ScorestreamApp
 
 REPO = Path(__file__).resolve().parent.parent

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from schemas.outputs import CaseResult, RecordSource, Versions
 from worker import aggregation as agg
 from worker.suites.base import Scored, State
-from worker.windows import WindowKey
+from worker.windowing.windows import WindowKey
 
 WINDOW = WindowKey(60.0, None, 1_714_564_800.0)  # 2024-05-01T12:00:00Z
 TS = datetime(2024, 5, 1, 12, 0, 30, tzinfo=UTC)

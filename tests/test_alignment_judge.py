@@ -18,6 +18,7 @@ from pydantic import ValidationError
 
 from schemas.envelope import AlignmentTurnPayload
 from worker.config import ConfigError, JudgeSettings, Settings, load_settings
+from worker.ops.telemetry import Telemetry
 from worker.suites.alignment import make_batch_scorer
 from worker.suites.alignment.embedding_model import HashingEmbedder
 from worker.suites.alignment.judge_client import (
@@ -29,7 +30,6 @@ from worker.suites.alignment.judge_client import (
 from worker.suites.alignment.judge_verdict import TRANSCRIPT_CLOSE, TRANSCRIPT_OPEN
 from worker.suites.alignment.scoring import SessionState, score_turn, session_transcript
 from worker.suites.base import BatchItem, BatchOptions
-from worker.telemetry import Telemetry
 
 
 class FakeCompletions:

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from tests.streamkit import EXAMPLES, TopicReader, WorkerProcess, envelopes
-from worker.broker import EmbeddedBroker, free_port
-from worker.retime import event_seconds
+from worker.demo.retime import event_seconds
+from worker.ops.broker import EmbeddedBroker, free_port
 
 REPO = Path(__file__).resolve().parent.parent
 CONFIG = REPO / "examples" / "backfill" / "config.yaml"

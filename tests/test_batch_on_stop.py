@@ -16,7 +16,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from tests.streamkit import as_lines, make_config, produce, settings_of
-from worker.broker import EmbeddedBroker
+from worker.ops.broker import EmbeddedBroker
 from worker.stream.app import RAW, faust_settings
 from worker.stream.context import run_to_completion
 

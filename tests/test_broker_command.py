@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from worker.broker import TANSU_STREAM_SETTINGS, EmbeddedBroker, free_port, port_in_use
 from worker.config import load_settings
+from worker.ops.broker import TANSU_STREAM_SETTINGS, EmbeddedBroker, free_port, port_in_use
 
 REPO = Path(__file__).resolve().parent.parent
 EMBEDDED_CONFIG = REPO / "deploy" / "config.embedded.yaml"

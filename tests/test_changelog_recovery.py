@@ -26,7 +26,7 @@ from tests.streamkit import (
     settings_of,
     write_config,
 )
-from worker.broker import EmbeddedBroker
+from worker.ops.broker import EmbeddedBroker
 from worker.stream.faust_patches.changelog_ends import fetched_highwaters
 
 pytestmark = pytest.mark.integration

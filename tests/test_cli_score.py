@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from worker.commands.score import run_score, worst_exit_code
-from worker.input_files import read_rows
+from worker.input.files import read_rows
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples" / "safe"

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.streamkit import EXAMPLES, TopicReader, envelopes
-from worker.broker import EmbeddedBroker
+from worker.ops.broker import EmbeddedBroker
 
 pytestmark = pytest.mark.integration
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from worker.broker import free_port
+from worker.ops.broker import free_port
 
 REPO = Path(__file__).resolve().parent.parent
 CONNECT_TIMEOUT = 2.0

@@ -37,12 +37,12 @@ from tests.streamkit import (
     settings_of,
     write_config,
 )
-from worker.broker import EmbeddedBroker, free_port
 from worker.demo.settings import DEFAULT_CONFIG as DEMO_CONFIG
 from worker.demo.settings import demo_settings
+from worker.ops.broker import EmbeddedBroker, free_port
+from worker.ops.telemetry import Telemetry
 from worker.stream import gate_windows
 from worker.suites import registry
-from worker.telemetry import Telemetry
 
 REPO = Path(__file__).resolve().parent.parent
 GRAFANA = REPO / "deploy" / "grafana"

@@ -29,11 +29,11 @@ from schemas.outputs import (
     Versions,
     WindowSpan,
 )
-from worker.broker import port_in_use
 from worker.config import TopicNames, WindowConfig
 from worker.demo.example_stream import STREAM, event_seconds, phases, retime
+from worker.demo.scorecard import Scorecard
 from worker.demo.settings import DEFAULT_CONFIG, demo_settings
-from worker.scorecard import Scorecard
+from worker.ops.broker import port_in_use
 
 REPO = Path(__file__).resolve().parents[1]
 T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC).timestamp()
@@ -157,7 +157,7 @@ def test_demo_settings_resolve_paths_and_tune_for_tansu(
 
 
 def test_demo_settings_bad_config_is_a_usage_error(tmp_path: Path) -> None:
-    from worker.cli import UsageError
+    from worker.commands.cli import UsageError
 
     config = tmp_path / "bad.yaml"
     config.write_text("windows: [{size: never}]\n")

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from worker.cli import build_parser
+from worker.commands.cli import build_parser
 from worker.config import load_settings
-from worker.telemetry import Telemetry
+from worker.ops.telemetry import Telemetry
 
 REPO = Path(__file__).resolve().parent.parent
 DEPLOY = REPO / "deploy"

@@ -20,8 +20,8 @@ import pytest
 import yaml
 from packaging.requirements import Requirement
 
-from worker.broker import EmbeddedBroker
 from worker.config import load_settings
+from worker.ops.broker import EmbeddedBroker
 
 REPO = Path(__file__).resolve().parent.parent
 DEPLOY = REPO / "deploy"

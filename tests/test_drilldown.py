@@ -13,11 +13,11 @@ from hypothesis import strategies as st
 
 from schemas.outputs import CaseResult, RecordSource, Versions
 from worker import aggregation as agg
-from worker import input_records
 from worker.config import GateConfig
-from worker.gates import GateEvaluator, gated_metrics
+from worker.gates.evaluator import GateEvaluator, gated_metrics
+from worker.input import records as input_records
 from worker.suites.base import Scored, State
-from worker.windows import WindowKey
+from worker.windowing.windows import WindowKey
 
 WINDOW = WindowKey(60.0, None, 1_714_564_800.0)  # 2024-05-01T12:00:00Z
 TS = datetime(2024, 5, 1, 12, 0, 30, tzinfo=UTC)
@@ -257,7 +257,7 @@ def published(
 
 
 def test_select_a_window_and_segment_worst_first_counting_a_republished_case_once() -> None:
-    from worker.drilldown import select, window_query
+    from worker.gates.drilldown import select, window_query
 
     start = datetime.fromtimestamp(WINDOW.start, UTC)
     results = [
@@ -275,7 +275,7 @@ def test_select_a_window_and_segment_worst_first_counting_a_republished_case_onc
 
 
 def test_select_a_gate_events_cases_in_its_order_and_names_the_missing() -> None:
-    from worker.drilldown import Query, select
+    from worker.gates.drilldown import Query, select
 
     start = datetime.fromtimestamp(WINDOW.start, UTC)
     query = Query("safe", start, start, cases=(("c", "case"), ("x", "case"), ("a", "case")))

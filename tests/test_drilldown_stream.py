@@ -27,8 +27,8 @@ from tests.streamkit import (
     settings_of,
     write_config,
 )
-from worker.broker import EmbeddedBroker
 from worker.config import SafeSettings
+from worker.ops.broker import EmbeddedBroker
 from worker.suites.safe import score_case
 
 pytestmark = pytest.mark.integration

@@ -9,7 +9,7 @@ import orjson
 import pytest
 
 from tests.streamkit import EXAMPLES, envelopes
-from worker.input_records import INVALID_RECORD, Rejected, decode_record
+from worker.input.records import INVALID_RECORD, Rejected, decode_record
 
 
 def example(suite: str, path: str) -> dict[str, Any]:

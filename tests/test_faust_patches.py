@@ -21,7 +21,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from tests.streamkit import make_config, settings_of
-from worker.cli import main
+from worker.commands.cli import main
 from worker.exit_codes import EXIT_ERROR, UsageError
 from worker.scoring_suites import ScoringSuites
 from worker.stream import ScorestreamApp

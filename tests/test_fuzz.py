@@ -27,9 +27,9 @@ from tests.streamkit import (
     settings_of,
     write_config,
 )
-from worker import input_records
-from worker.broker import EmbeddedBroker
 from worker.config import LimitsSettings
+from worker.input import records as input_records
+from worker.ops.broker import EmbeddedBroker
 from worker.scoring_suites import ScoringSuites
 from worker.suites.alignment.embedding_model import HashingEmbedder
 

@@ -10,7 +10,7 @@ import pytest
 
 from schemas.envelope import ExtractionPayload, SafePayload
 from worker.config import ExtractionSettings, SafeSettings, load_settings
-from worker.gate_fields import RATE_METRICS, SCORE_METRICS, gate_metrics, stat_problem
+from worker.gates.fields import RATE_METRICS, SCORE_METRICS, gate_metrics, stat_problem
 from worker.suites.alignment.personas import Persona
 from worker.suites.alignment.safety import parse_patterns
 from worker.suites.alignment.scoring import SessionState, score_session, score_turn

@@ -9,7 +9,7 @@ import pytest
 from schemas.outputs import GateEvent, WindowSpan
 from worker.commands.gates import parse_since, segment_text
 from worker.exit_codes import UsageError
-from worker.gate_history import events_since, latest_firing, latest_states
+from worker.gates.history import events_since, latest_firing, latest_states
 
 T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 

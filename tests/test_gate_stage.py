@@ -12,14 +12,14 @@ import orjson
 from schemas.outputs import GateEvent
 from tests.streamkit import make_config, settings_of
 from tests.test_window_stage import T0, Event, Message, folded
-from worker.eventtime import Marker
+from worker.ops.telemetry import Telemetry
 from worker.scoring_suites import ScoringSuites
 from worker.stream.context import StreamContext
 from worker.stream.scoring import INPUT_GROUP
 from worker.stream.sessions import SESSION_GROUP
 from worker.stream.windows import WindowStage
 from worker.suites.alignment.embedding_model import HashingEmbedder
-from worker.telemetry import Telemetry
+from worker.windowing.watermark import Marker
 
 GATE = {
     "name": "composite-drop",

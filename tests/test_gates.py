@@ -11,7 +11,7 @@ import pytest
 
 from schemas.outputs import Aggregate, ExtractionFigures, MetricSummary, SafeFigures, WindowSpan
 from worker.config import ConfigError, GateConfig, load_settings
-from worker.gates import GateEvaluator, gate_key, gate_value
+from worker.gates.evaluator import GateEvaluator, gate_key, gate_value
 
 START = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "gates.yaml"

@@ -24,7 +24,7 @@ from tests.streamkit import (
     settings_of,
     write_config,
 )
-from worker.broker import EmbeddedBroker
+from worker.ops.broker import EmbeddedBroker
 
 pytestmark = pytest.mark.integration
 
@@ -184,7 +184,7 @@ POISON_HOOK = """
 import os
 from dataclasses import replace
 
-from worker import input_records
+from worker.input import records as input_records
 from worker.suites import registry
 
 _build_result = input_records.build_result

@@ -22,8 +22,8 @@ from tests.streamkit import (
     topic_layout,
     write_config,
 )
-from worker.broker import EmbeddedBroker
-from worker.telemetry import Telemetry
+from worker.ops.broker import EmbeddedBroker
+from worker.ops.telemetry import Telemetry
 
 
 @pytest.fixture

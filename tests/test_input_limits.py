@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from worker.config import LimitsSettings
-from worker.input_records import FIELD_TOO_LARGE, Rejected, check_limits
+from worker.input.records import FIELD_TOO_LARGE, Rejected, check_limits
 
 LIMITS = LimitsSettings(text_bytes=24, list_items=4, label_key_bytes=10)
 

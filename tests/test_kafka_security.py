@@ -25,7 +25,7 @@ from faust.transport.drivers.aiokafka import credentials_to_aiokafka_auth
 
 from topics.provision import new_topics
 from worker.config import ConfigError, Settings, load_settings
-from worker.kafka_security import aiokafka_options, faust_options, internal_topic_configs
+from worker.ops.kafka_security import aiokafka_options, faust_options, internal_topic_configs
 
 REPO = Path(__file__).resolve().parent.parent
 API_VERSIONS = 18  # the first request every Kafka client sends

@@ -23,12 +23,12 @@ from tests.streamkit import (
     provision,
     settings_of,
 )
-from worker.broker import EmbeddedBroker
-from worker.lag import watch_worker
+from worker.ops.broker import EmbeddedBroker
+from worker.ops.lag import watch_worker
+from worker.ops.telemetry import Telemetry
 from worker.scoring_suites import ScoringSuites
 from worker.stream import ScorestreamApp
 from worker.suites.alignment.embedding_model import HashingEmbedder
-from worker.telemetry import Telemetry
 
 pytestmark = pytest.mark.integration
 

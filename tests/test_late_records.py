@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 import pytest
 
 from worker.config import WindowConfig
-from worker.late_records import LateRecordLog, closed_window, describe
+from worker.windowing.late_records import LateRecordLog, closed_window, describe
 
 T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC).timestamp()
 MINUTE = WindowConfig(size=60)

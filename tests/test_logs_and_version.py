@@ -12,9 +12,9 @@ import orjson
 from faust.types import TP
 
 from worker.config import load_settings
-from worker.lag import event_time_lag, install_lag_monitor, partition_lags, sample_lags
-from worker.logs import JsonFormatter
-from worker.telemetry import Telemetry
+from worker.ops.lag import event_time_lag, install_lag_monitor, partition_lags, sample_lags
+from worker.ops.logs import JsonFormatter
+from worker.ops.telemetry import Telemetry
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -33,7 +33,7 @@ from tests.streamkit import (
     settings_of,
     write_config,
 )
-from worker.broker import EmbeddedBroker
+from worker.ops.broker import EmbeddedBroker
 
 pytestmark = pytest.mark.integration
 

@@ -12,7 +12,8 @@ from collections.abc import Iterator
 import pytest
 
 from worker.config import load_settings
-from worker.telemetry import METRICS_THREADS, MetricsServer, Telemetry
+from worker.ops.health import METRICS_THREADS, MetricsServer
+from worker.ops.telemetry import Telemetry
 
 
 @pytest.fixture

@@ -27,7 +27,7 @@ from tests.streamkit import (
     settings_of,
     write_config,
 )
-from worker.broker import EmbeddedBroker, free_port
+from worker.ops.broker import EmbeddedBroker, free_port
 
 pytestmark = pytest.mark.integration
 

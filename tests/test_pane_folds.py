@@ -15,12 +15,12 @@ import pytest
 from schemas.outputs import CaseResult, RecordSource
 from worker import aggregation
 from worker.config import WindowConfig
-from worker.eventtime import Marker
-from worker.pane_folds import PaneFold
 from worker.stream.publish import Contributions, Folding
 from worker.suites.registry import AGGREGATORS
-from worker.windows import pane_width
-from worker.windowstore import WindowStore
+from worker.windowing.pane_folds import PaneFold
+from worker.windowing.store import WindowStore
+from worker.windowing.watermark import Marker
+from worker.windowing.windows import pane_width
 
 T0 = 1_700_000_100.0  # 2023-11-14T22:15:00Z, a whole five minutes
 WINDOWS = [WindowConfig(size=60), WindowConfig(size=3600, step=300)]

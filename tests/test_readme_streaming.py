@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from tests.streamkit import TopicReader
-from worker.broker import free_port, wait_for_port
+from worker.ops.broker import free_port, wait_for_port
 
 REPO = Path(__file__).resolve().parent.parent
 MARK = "<!-- readme-test: streaming -->"

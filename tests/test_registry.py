@@ -23,10 +23,13 @@ from rich.console import Console
 
 from schemas._base import OutputModel, PayloadModel
 from schemas.outputs import Aggregate, CaseResult
-from worker import aggregation, config, gate_fields, gates
+from worker import aggregation, config
 from worker.commands.compare import compare_reports
 from worker.commands.score import run_score
-from worker.input_files import guess_native_suite
+from worker.gates.evaluator import evaluator as gates
+from worker.gates.evaluator import fields as gate_fields
+from worker.input.files import guess_native_suite
+from worker.ops.telemetry import Telemetry
 from worker.scoring_suites import ScoringSuites
 from worker.settings_base import Section
 from worker.suites import registry
@@ -41,8 +44,7 @@ from worker.suites.base import (
     exit_code_for_labels,
     scorer_versions,
 )
-from worker.telemetry import Telemetry
-from worker.windows import WindowKey
+from worker.windowing.windows import WindowKey
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -178,7 +180,7 @@ def echo_suite(monkeypatch: pytest.MonkeyPatch) -> Iterator[SuiteSpec]:
     # `worker.config` builds `Settings` from the registry once, at import: rebuild it as an
     # import with the suite registered would have.
     monkeypatch.setattr(config, "Settings", config.settings_model(registry.specs()))
-    monkeypatch.setattr(aggregation, "Aggregate", EchoAggregate)
+    monkeypatch.setattr(aggregation.message, "Aggregate", EchoAggregate)
     try:
         yield SPEC
     finally:

@@ -1,4 +1,4 @@
-"""`worker.retime` (shared by the demo and `produce --retime`) and `produce --retime`
+"""`worker.demo.retime` (shared by the demo and `produce --retime`) and `produce --retime`
 through the command line against a real broker."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import orjson
 import pytest
 
 from tests.streamkit import EXAMPLES, TopicReader, envelopes
-from worker.broker import EmbeddedBroker
-from worker.retime import MILLISECOND, event_seconds, retime
+from worker.demo.retime import MILLISECOND, event_seconds, retime
+from worker.ops.broker import EmbeddedBroker
 
 T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC).timestamp()
 

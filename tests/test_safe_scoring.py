@@ -16,10 +16,10 @@ from schemas.envelope import SafePayload
 from schemas.outputs import SafeFigures
 from worker import aggregation
 from worker.config import ConfigError, SafeSettings, load_settings
-from worker.input_records import build_result
+from worker.input.records import build_result
 from worker.suites.base import Scored, scorer_versions
 from worker.suites.safe import SafeAggregator, at_least, match_terms, score_case
-from worker.windows import WindowKey
+from worker.windowing.windows import WindowKey
 
 
 def case(

@@ -37,8 +37,8 @@ from tests.streamkit import (
     settings_of,
     write_config,
 )
-from worker.broker import EmbeddedBroker
 from worker.commands.score import run_score
+from worker.ops.broker import EmbeddedBroker
 
 ROOT = Path(__file__).resolve().parents[1]
 SAFE = envelopes(EXAMPLES / "safe" / "envelopes.jsonl")[0]

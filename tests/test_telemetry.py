@@ -20,7 +20,7 @@ from schemas.outputs import (
     WindowSpan,
 )
 from worker.config import GateConfig
-from worker.telemetry import LabelGuard, Telemetry, observe_all, segment_label_names
+from worker.ops.telemetry import LabelGuard, Telemetry, observe_all, segment_label_names
 
 TS = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 SAFETY_GATE = GateConfig(

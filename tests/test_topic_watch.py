@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from worker.topic_watch import TopicWatch, missing_topics, topic_check
+from worker.ops.topic_watch import TopicWatch, missing_topics, topic_check
 
 
 def test_missing_topics_are_the_required_ones_not_listed_sorted() -> None:

@@ -9,9 +9,9 @@ import sys
 from pathlib import Path
 
 from schemas.envelope import ExtractionPayload, SafePayload
-from worker.input_files import parse_envelope
+from worker.input.files import parse_envelope
+from worker.input.unknown_fields import NATIVE_ROW_KEYS, unknown_fields, with_unknown_fields
 from worker.suites.base import Scored
-from worker.unknown_fields import NATIVE_ROW_KEYS, unknown_fields, with_unknown_fields
 
 ROOT = Path(__file__).resolve().parent.parent
 EXTRACTION = ROOT / "examples" / "extraction"
@@ -138,7 +138,7 @@ def _with_a_stray_key_everywhere(value: object, path: str, planted: list[str]) -
 def test_an_unknown_key_is_found_at_every_depth_of_every_example_payload() -> None:
     """The walk skips fields whose type cannot hold a model; it must still find a stray
     key in every object the payload models read (free-form JSON fields excepted)."""
-    from worker.input_records import decode_record
+    from worker.input.records import decode_record
 
     checked = 0
     for suite in ("safe", "extraction", "alignment"):

@@ -18,8 +18,7 @@ import pytest
 from schemas.outputs import Aggregate
 from tests.streamkit import make_config, settings_of
 from tests.test_window_stage import T0, case  # T0: a whole minute, the window [T0, T0 + 60)
-from worker.eventtime import Marker
-from worker.pane_folds import PaneFold
+from worker.ops.telemetry import Telemetry
 from worker.scoring_suites import ScoringSuites
 from worker.stream.context import StreamContext, run_to_completion
 from worker.stream.scoring import INPUT_GROUP
@@ -27,7 +26,8 @@ from worker.stream.sessions import SESSION_GROUP
 from worker.stream.windows import WindowStage
 from worker.suites.alignment.embedding_model import HashingEmbedder
 from worker.suites.registry import AGGREGATORS
-from worker.telemetry import Telemetry
+from worker.windowing.pane_folds import PaneFold
+from worker.windowing.watermark import Marker
 
 GRACE = 5.0
 

@@ -12,13 +12,13 @@ import orjson
 
 from schemas.outputs import Aggregate, CaseResult, RecordSource
 from tests.streamkit import make_config, settings_of
-from worker.pane_folds import PaneFold
+from worker.ops.telemetry import Telemetry
 from worker.scoring_suites import ScoringSuites
 from worker.stream.context import StreamContext
 from worker.stream.windows import WindowStage
 from worker.suites.alignment.embedding_model import HashingEmbedder
 from worker.suites.registry import AGGREGATORS
-from worker.telemetry import Telemetry
+from worker.windowing.pane_folds import PaneFold
 
 T0 = 1_700_000_040.0  # a whole minute
 

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from worker.config import WindowConfig
-from worker.windows import WindowKey, pane_start_of, pane_width, window_ends, windows_for
+from worker.windowing.windows import WindowKey, pane_start_of, pane_width, window_ends, windows_for
 
 MINUTE = WindowConfig(size=60)
 HOUR_BY_5M = WindowConfig(size=3600, step=300)

@@ -11,13 +11,19 @@ import orjson
 import pytest
 
 from schemas.outputs import CaseResult, RecordSource
-from worker import input_records
 from worker.config import WindowConfig
-from worker.eventtime import InvalidEventTime, Marker, PartitionClock, Watermark, check_event_time
-from worker.pane_folds import PaneFold
+from worker.input import records as input_records
 from worker.suites.registry import AGGREGATORS
-from worker.windows import pane_width
-from worker.windowstore import Emission, WindowStore
+from worker.windowing.pane_folds import PaneFold
+from worker.windowing.store import Emission, WindowStore
+from worker.windowing.watermark import (
+    InvalidEventTime,
+    Marker,
+    PartitionClock,
+    Watermark,
+    check_event_time,
+)
+from worker.windowing.windows import pane_width
 
 T0 = 1_700_000_040.0  # a whole minute: 2023-11-14T22:14:00Z
 MINUTE = [WindowConfig(size=60)]

@@ -2,6 +2,6 @@
 
 import sys
 
-from worker.cli import main
+from worker.commands.cli import main
 
 sys.exit(main())

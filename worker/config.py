@@ -33,7 +33,8 @@ from pydantic import (
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from schemas.envelope import SuiteName
-from worker.gate_fields import metric_problem, stat_problem
+from worker.gates.fields import metric_problem, stat_problem
+from worker.input.validation_errors import error_lines
 from worker.settings_base import (
     ConfigError,
     Duration,
@@ -63,7 +64,6 @@ from worker.suites.extraction.settings import (
     SchemaModeConfig,
 )
 from worker.suites.safe.settings import MetricThreshold, SafeSettings, SafeThresholds, SafeWeights
-from worker.validation_errors import error_lines
 from worker.yaml_files import read_yaml
 
 # ---------------------------------------------------------------- windows and gates
@@ -84,7 +84,9 @@ class WindowConfig(Section):
     @property
     def name(self) -> str:
         """Label used in topic keys and Prometheus: '1m' or '1h/5m'."""
-        from worker.windows import window_name  # (worker.windows imports this module)
+        from worker.windowing.windows import (
+            window_name,
+        )  # (worker.windowing.windows imports this module)
 
         return window_name(self.size, self.step)
 

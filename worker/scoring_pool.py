@@ -34,8 +34,8 @@ import orjson
 from pebble import ProcessExpired, ProcessPool
 
 from worker.config import Settings
-from worker.input_records import decode_record
-from worker.rejections import SCORING_ERROR, SCORING_TIMEOUT, UNKNOWN_SUITE, Rejected
+from worker.input.records import decode_record
+from worker.input.rejections import SCORING_ERROR, SCORING_TIMEOUT, UNKNOWN_SUITE, Rejected
 from worker.suites import registry
 from worker.suites.base import Scored
 

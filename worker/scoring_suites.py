@@ -19,7 +19,7 @@ import numpy as np
 from schemas.envelope import AlignmentTurnPayload
 from schemas.outputs import Versions
 from worker.config import Settings
-from worker.rejections import UNKNOWN_PERSONA, UNKNOWN_SUITE, Rejected
+from worker.input.rejections import UNKNOWN_PERSONA, UNKNOWN_SUITE, Rejected
 from worker.suites import registry
 from worker.suites.alignment.embedding_model import Embedder, embedder_from_settings
 from worker.suites.alignment.personas import PersonaCatalog, personas_from_settings

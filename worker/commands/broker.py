@@ -1,6 +1,6 @@
 """`scorestream broker`: the embedded broker in the foreground, for streaming without Docker.
 
-Starts Tansu (`worker.broker.EmbeddedBroker`, in memory) on a loopback port, prints the
+Starts Tansu (`worker.ops.broker.EmbeddedBroker`, in memory) on a loopback port, prints the
 settings a worker needs on it and runs until Ctrl-C, SIGTERM or SIGHUP (terminal closed),
 which stop the broker with it. Exit 3 when the port is taken or the broker dies.
 """
@@ -16,9 +16,9 @@ from types import FrameType
 import yaml
 
 from topics.provision import bootstrap_servers
-from worker.broker import TANSU_STREAM_SETTINGS, EmbeddedBroker, port_in_use
 from worker.commands.stream import settings_for
 from worker.exit_codes import EXIT_ERROR, EXIT_OK, UsageError
+from worker.ops.broker import TANSU_STREAM_SETTINGS, EmbeddedBroker, port_in_use
 
 DEFAULT_PORT = 9092
 POLL = 0.5  # seconds between two checks that the broker still runs

@@ -19,7 +19,7 @@ from worker.commands.readback import read_topic
 from worker.commands.stream import broker_of, settings_for
 from worker.config import Settings, format_duration, parse_duration
 from worker.exit_codes import EXIT_OK, UsageError
-from worker.gate_history import events_since, latest_states
+from worker.gates.history import events_since, latest_states
 
 
 def run_gates(args: argparse.Namespace) -> int:

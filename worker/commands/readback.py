@@ -13,8 +13,8 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from topics.provision import bootstrap_servers
 from worker.commands.stream import client_options
 from worker.config import Settings
-from worker.connection import BrokerUnavailable, within
 from worker.exit_codes import UsageError
+from worker.ops.connection import BrokerUnavailable, within
 
 T = TypeVar("T")
 

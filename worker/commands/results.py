@@ -21,10 +21,10 @@ from worker.commands.gates import read_gate_events, segment_text
 from worker.commands.readback import read_topic
 from worker.commands.stream import broker_of, settings_for
 from worker.config import Settings, parse_duration
-from worker.drilldown import Query, Selection, gate_event_query, select, window_query
 from worker.exit_codes import EXIT_MISSING, EXIT_OK, UsageError
-from worker.gate_history import latest_firing
-from worker.validation_errors import describe_validation_error
+from worker.gates.drilldown import Query, Selection, gate_event_query, select, window_query
+from worker.gates.history import latest_firing
+from worker.input.validation_errors import describe_validation_error
 
 
 def run_results(args: argparse.Namespace) -> int:

@@ -1,6 +1,6 @@
 """`scorestream score FILE...`: score files offline with the suites' batch scorers.
 
-Suite-agnostic: rows are recognised by shape (`worker.input_files`), grouped by suite and
+Suite-agnostic: rows are recognised by shape (`worker.input.files`), grouped by suite and
 handed to the batch scorer of the suite's spec (`worker.suites.registry`). Exit codes
 (seed 004 section 7.3): 0 all Pass, 1 any Fail, 2 any Review and no Fail, 3 configuration,
 usage or runtime error, and 3 too when any row could not be scored or belongs to another
@@ -28,7 +28,7 @@ from rich.progress import Progress
 
 from worker.config import ConfigError, LimitsSettings, Settings, load_settings
 from worker.exit_codes import EXIT_ERROR
-from worker.input_files import (
+from worker.input.files import (
     RawRow,
     RowError,
     guess_native_suite,
@@ -37,12 +37,12 @@ from worker.input_files import (
     read_rows,
     validation_problems,
 )
-from worker.input_records import check_limits
-from worker.rejections import SCORING_ERROR, SCORING_TIMEOUT, Rejected
+from worker.input.records import check_limits
+from worker.input.rejections import SCORING_ERROR, SCORING_TIMEOUT, Rejected
+from worker.input.unknown_fields import NATIVE_ROW_KEYS, unknown_fields
 from worker.scoring_pool import ScoringPool
 from worker.suites import registry
 from worker.suites.base import BatchItem, BatchOptions, BatchReport, BatchScorer
-from worker.unknown_fields import NATIVE_ROW_KEYS, unknown_fields
 
 PROGRESS_MIN_ROWS = 500  # a progress bar only for files this large, on a terminal
 _SEVERITY = {0: 0, 2: 1, 1: 2, EXIT_ERROR: 3}  # worst wins: 3 > 1 > 2 > 0

@@ -17,11 +17,11 @@ from aiokafka import AIOKafkaProducer
 from topics.catalog import record_key, topic_names
 from topics.provision import bootstrap_servers, create_topics, list_topics
 from worker.config import ConfigError, Settings, load_settings
-from worker.connection import BrokerUnavailable, within
+from worker.demo.retime import MILLISECOND, event_seconds, retime, rfc3339
 from worker.exit_codes import UsageError
-from worker.kafka_security import aiokafka_options
-from worker.logs import json_logging_config
-from worker.retime import MILLISECOND, event_seconds, retime, rfc3339
+from worker.ops.connection import BrokerUnavailable, within
+from worker.ops.kafka_security import aiokafka_options
+from worker.ops.logs import json_logging_config
 
 
 def settings_for(args: argparse.Namespace) -> Settings:
@@ -70,10 +70,10 @@ async def provision_topics(settings: Settings, broker: str, partitions: int | No
 
 def run_worker(args: argparse.Namespace) -> int:
     """Run the streaming worker until interrupted."""
-    from worker.lag import watch_worker
+    from worker.ops.lag import watch_worker
+    from worker.ops.topic_watch import install_topic_watch
     from worker.stream import ScorestreamApp
     from worker.stream.faust_patches import check
-    from worker.topic_watch import install_topic_watch
 
     check()  # the Faust libraries its patches were tested with, before anything connects
     settings = settings_for(args)

@@ -23,7 +23,7 @@ from rich.console import Console, Group, RenderableType
 from rich.live import Live
 from rich.text import Text
 
-from worker.scorecard import Scorecard
+from worker.demo.scorecard import Scorecard
 
 TITLE = "scorestream demo"
 REFRESH = 0.25  # seconds between two redraws of the live view

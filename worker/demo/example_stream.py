@@ -1,6 +1,6 @@
 """The bundled example stream (`examples/demo/stream.jsonl`), made ready to replay.
 
-`worker.retime.retime` moves its event times to the present by whole windows, so window
+`worker.demo.retime.retime` moves its event times to the present by whole windows, so window
 boundaries stay where the stream put them; `phases` cuts it into the windows the replay
 produces one after the other. Pure: lines in, lines out.
 """
@@ -11,8 +11,8 @@ import math
 
 import orjson
 
+from worker.demo.retime import event_seconds, retime
 from worker.demo.settings import DEMO_DIR
-from worker.retime import event_seconds, retime
 
 STREAM = DEMO_DIR / "stream.jsonl"
 

@@ -25,12 +25,12 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from topics.catalog import record_key, topic_names
 from topics.provision import create_topics
-from worker.broker import EmbeddedBroker
 from worker.config import ConfigError, Settings
 from worker.demo.console import Screen, log_to_file, say_on_stderr
 from worker.demo.example_stream import phases, retime
+from worker.demo.scorecard import Position, Scorecard
 from worker.exit_codes import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, UsageError
-from worker.scorecard import Position, Scorecard
+from worker.ops.broker import EmbeddedBroker
 
 log = logging.getLogger("scorestream.demo")
 
@@ -93,7 +93,7 @@ class Demo:
         return await self.screen.show(self._run())
 
     async def _run(self) -> int:
-        from worker.lag import watch_worker
+        from worker.ops.lag import watch_worker
         from worker.scoring_suites import ScoringSuites
         from worker.stream import ScorestreamApp
         from worker.stream.faust_patches import check

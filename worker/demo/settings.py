@@ -1,6 +1,6 @@
 """The demo's settings: `--config` or the bundled demo config, tuned for the embedded broker.
 
-Tansu's tuning (`worker.broker.TANSU_STREAM_SETTINGS`) fills every `stream` key the
+Tansu's tuning (`worker.ops.broker.TANSU_STREAM_SETTINGS`) fills every `stream` key the
 configuration does not set, and relative paths of the configuration that do not exist from
 the working directory are taken from the configuration file's directory.
 """
@@ -10,9 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from worker.broker import TANSU_STREAM_SETTINGS
 from worker.config import ConfigError, Settings, load_settings
 from worker.exit_codes import UsageError
+from worker.ops.broker import TANSU_STREAM_SETTINGS
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO_DIR = REPO / "examples" / "demo"

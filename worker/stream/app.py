@@ -28,7 +28,8 @@ from typing import Any
 import faust
 
 from worker.config import Settings
-from worker.kafka_security import faust_options, internal_topic_configs
+from worker.ops.kafka_security import faust_options, internal_topic_configs
+from worker.ops.telemetry import Telemetry
 from worker.scoring_suites import ScoringSuites
 from worker.stream import faust_patches
 from worker.stream.context import StreamContext
@@ -40,8 +41,7 @@ from worker.stream.sessions import SessionStage
 from worker.stream.windows import WindowStage, gate_windows
 from worker.suites.alignment.judge_client import SafetyJudge
 from worker.suites.registry import AGGREGATORS
-from worker.telemetry import Telemetry
-from worker.windows import pane_width
+from worker.windowing.windows import pane_width
 
 log = logging.getLogger("scorestream")
 

@@ -14,12 +14,12 @@ from typing import Any
 from faust.types import EventT
 
 from worker.config import Settings
-from worker.input_records import SourcePosition
+from worker.input.records import SourcePosition
+from worker.ops.telemetry import Telemetry
 from worker.scoring_pool import ScoringPool
 from worker.scoring_suites import ScoringSuites
 from worker.stream.faust_patches.internals import current_event
 from worker.stream.publish import Publisher
-from worker.telemetry import Telemetry
 
 log = logging.getLogger("scorestream")
 

@@ -19,14 +19,15 @@ import orjson
 from faust.types import TopicT
 
 from schemas.outputs import Aggregate, CaseResult, GateEvent
-from worker import aggregation, input_records
+from worker import aggregation
 from worker.config import Settings
-from worker.eventtime import Marker
-from worker.pane_folds import PaneFold
+from worker.input import records as input_records
+from worker.ops.telemetry import Telemetry
 from worker.stream.faust_patches.internals import kafka_producer
 from worker.stream.faust_patches.record_batches import send_batches
 from worker.suites.base import Scored, SuiteAggregator
-from worker.telemetry import Telemetry
+from worker.windowing.pane_folds import PaneFold
+from worker.windowing.watermark import Marker
 
 log = logging.getLogger("scorestream")
 
@@ -52,9 +53,9 @@ class StreamTopics:
 
 @dataclass(frozen=True)
 class Folding:
-    """How the score stage folds a micro-batch's results per pane (`worker.pane_folds`)."""
+    """How the score stage folds a micro-batch's results per pane (`windowing.pane_folds`)."""
 
-    width: float  # pane width (`worker.windows.pane_width` of the window configurations)
+    width: float  # pane width (`worker.windowing.windows.pane_width` of the window configurations)
     aggregators: Mapping[str, SuiteAggregator]
     reservoir_size: int
 

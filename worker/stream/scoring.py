@@ -18,8 +18,8 @@ from faust.types import TP, AppT, EventT
 
 from schemas.envelope import AlignmentRecord
 from schemas.outputs import CaseResult
-from worker import input_records
-from worker.eventtime import Marker, PartitionClock
+from worker.input import records as input_records
+from worker.input.unknown_fields import unknown_fields, with_unknown_fields
 from worker.scoring_pool import CHUNK_RECORDS, Outcome
 from worker.stream.context import (
     StreamContext,
@@ -30,7 +30,7 @@ from worker.stream.context import (
 from worker.stream.faust_patches.internals import kafka_consumer
 from worker.stream.inflight import InflightGuard
 from worker.stream.publish import Contributions, Folding, OutputTooLarge
-from worker.unknown_fields import unknown_fields, with_unknown_fields
+from worker.windowing.watermark import Marker, PartitionClock
 
 log = logging.getLogger("scorestream")
 

@@ -25,8 +25,8 @@ import orjson
 from faust.types import EventT
 
 from schemas.envelope import AlignmentRecord, AlignmentSessionPayload, AlignmentTurnPayload
-from worker import input_records
-from worker.eventtime import Marker, Watermark
+from worker.input import records as input_records
+from worker.input.unknown_fields import unknown_fields, with_unknown_fields
 from worker.scoring_pool import Outcome
 from worker.scoring_suites import ALIGNMENT_TURN
 from worker.stream.context import StreamContext, event_context, run_to_completion
@@ -41,10 +41,12 @@ from worker.suites.alignment.scoring import (
     turn_scored,
 )
 from worker.suites.base import Scored
-from worker.unknown_fields import unknown_fields, with_unknown_fields
+from worker.windowing.progress import ProgressTable
+from worker.windowing.watermark import Marker, Watermark
 
 log = logging.getLogger("scorestream")
 
+PROGRESS_PREFIX = "sess"  # progress["sess|{p}"]: the partition's watermark
 SESSION_GROUP = "sess"  # watermark channel group of the session stage's partitions
 EMBEDDING_CHUNK = 64  # texts per executor call (bench/stream.py: 1.25x the turns/s of 16)
 
@@ -75,14 +77,13 @@ class SessionStage:
         self.settings = context.settings
         self.publisher = context.publisher
         self.sessions = sessions
-        self.progress = progress
+        self.progress = ProgressTable(progress, PROGRESS_PREFIX, {INPUT_GROUP: 0})
         self.executor = executor
         self.judge = judge
-        self.watermarks: dict[int, Watermark] = {}
 
     def forget(self) -> None:
         """Drop cached watermarks after a rebalance (the table has them)."""
-        self.watermarks.clear()
+        self.progress.forget()
 
     # ---------------------------------------------------------------- batches
 
@@ -156,21 +157,13 @@ class SessionStage:
     # ---------------------------------------------------------------- progress
 
     def watermark(self, partition: int) -> Watermark:
-        watermark = self.watermarks.get(partition)
-        if watermark is None:
-            watermark = Watermark.from_json(self.progress.get(f"sess|{partition}"))
-            watermark.expect(INPUT_GROUP)
-            self.watermarks[partition] = watermark
-        return watermark
+        return self.progress.watermark(partition)
 
     async def on_marker(self, partition: int, marker: Marker) -> None:
         """Take an input partition's progress; expire idle sessions; pass it on."""
-        watermark = self.watermark(partition)
-        before = watermark.to_json()
-        moved = watermark.observe(marker)
-        if watermark.to_json() != before:
-            self.progress[f"sess|{partition}"] = watermark.to_json()
-        current = watermark.value()
+        moved = self.progress.observe(partition, marker)
+        self.progress.flush(partition)  # sessions are written as they change, so is progress
+        current = self.progress.value(partition)
         if not moved or current is None:
             return
         await self.expire(partition, current)

@@ -27,16 +27,16 @@ from schemas.envelope import parse_event_time
 from schemas.outputs import Aggregate, CaseResult, RecordSource
 from worker import aggregation
 from worker.config import Settings, WindowConfig
-from worker.eventtime import Marker
-from worker.gates import GateEvaluator, applies_to, gate_key, gated_metrics
-from worker.late_records import LateRecordLog
-from worker.pane_folds import count_of, start_of
+from worker.gates.evaluator import GateEvaluator, applies_to, gate_key, gated_metrics
 from worker.stream.context import StreamContext, event_context, run_to_completion
 from worker.stream.publish import marker_of
 from worker.stream.scoring import INPUT_GROUP
 from worker.stream.sessions import SESSION_GROUP
 from worker.suites.registry import AGGREGATORS
-from worker.windowstore import Emission, WindowStore
+from worker.windowing.late_records import LateRecordLog
+from worker.windowing.pane_folds import count_of, start_of
+from worker.windowing.store import Emission, WindowStore
+from worker.windowing.watermark import Marker
 
 log = logging.getLogger("scorestream")
 

@@ -42,7 +42,13 @@ State = dict[str, Any]
 
 
 class SuiteAggregator(Protocol):
-    """Folds the `Scored` values of one suite into mergeable state."""
+    """Folds the `Scored` values of one suite into mergeable state.
+
+    One contract for every suite (checked by `tests/test_aggregator_contract.py`): the
+    state is JSON-compatible counts and sums; `update` and `merge` return a new state and
+    never change their arguments (a window store may still hold them); `initialise()` is
+    the identity of `merge`; folding two parts and merging equals folding everything.
+    """
 
     def initialise(self) -> State: ...
 

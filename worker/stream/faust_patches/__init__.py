@@ -26,7 +26,7 @@ import faust
 
 from topics.provision import bootstrap_servers
 from worker.config import Settings
-from worker.kafka_security import aiokafka_options
+from worker.ops.kafka_security import aiokafka_options
 from worker.stream.faust_patches.changelog_ends import exact_highwaters
 from worker.stream.faust_patches.commit_bound import bound_commits
 from worker.stream.faust_patches.compatibility import IncompatibleLibraries, check

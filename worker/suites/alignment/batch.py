@@ -17,6 +17,7 @@ from pydantic import Field
 
 from schemas._base import PayloadModel
 from schemas.envelope import AlignmentSessionPayload, AlignmentTurnPayload
+from worker.input.unknown_fields import with_unknown_fields
 from worker.settings_base import ConfigError
 from worker.suites.alignment.aggregate import AlignmentAggregator
 from worker.suites.alignment.embedding_model import Embedder, embedder_from_settings
@@ -33,7 +34,6 @@ from worker.suites.alignment.scoring import (
     session_transcript,
 )
 from worker.suites.base import BatchItem, BatchOptions, Scored
-from worker.unknown_fields import with_unknown_fields
 
 if TYPE_CHECKING:
     from worker.config import Settings

@@ -7,12 +7,12 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from schemas.envelope import ExtractionPayload
+from worker.input.unknown_fields import with_unknown_fields
 from worker.suites.base import BatchItem, BatchOptions
 from worker.suites.extraction.render import ExtractionReport
 from worker.suites.extraction.report import CaseOutcome
 from worker.suites.extraction.schema_files import load_context
 from worker.suites.extraction.scoring import ExtractionContext, score_case
-from worker.unknown_fields import with_unknown_fields
 
 if TYPE_CHECKING:
     from worker.config import Settings

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from schemas.envelope import ExtractionPayload
 from schemas.outputs import ExtractionFigures, Versions
-from worker.rejections import UNKNOWN_SCHEMA, Rejected
+from worker.input.rejections import UNKNOWN_SCHEMA, Rejected
 from worker.suites.base import (
     CaseScorer,
     Scored,

@@ -7,12 +7,12 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from schemas.envelope import SafePayload
+from worker.input.unknown_fields import with_unknown_fields
 from worker.suites.base import BatchItem, BatchOptions
 from worker.suites.safe.matching import DEFAULT_MATCHER, Matcher
 from worker.suites.safe.render import SafeBatchReport
 from worker.suites.safe.report import ScoredCase
 from worker.suites.safe.scoring import UNKNOWN_ARCHETYPE, score_case
-from worker.unknown_fields import with_unknown_fields
 
 if TYPE_CHECKING:
     from worker.config import Settings

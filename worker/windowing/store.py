@@ -11,7 +11,7 @@ tables in production, dicts in tests), one stage partition at a time.
   progress of its upstream channels, reached `end + grace`): such a result is late and
   changes no aggregate.
 - **Folds.** `add_fold` merges a micro-batch's results folded per pane by the score
-  stage (`worker.pane_folds`): one merge per pane and configuration instead of one update
+  stage (`worker.windowing.pane_folds`): one merge per pane and configuration instead of one update
   per case. A fold's panes lie inside one pane of every configuration, so lateness is
   decided per folded pane as for a case.
 - **Dedupe.** Contributions from one input partition reach a pane in offset order, so a
@@ -51,20 +51,24 @@ Mapping layout (`windows`): `pane|{suite}|{segment}|{config}|{pane start}` ->
 from __future__ import annotations
 
 import copy
-import math
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
 from schemas.outputs import CaseResult
-from worker import aggregation, pane_folds
+from worker import aggregation
+from worker.aggregation import dedupe
 from worker.config import WindowConfig
-from worker.eventtime import Marker, Watermark
 from worker.suites.base import State, SuiteAggregator
-from worker.windows import WindowKey, pane_start_of, window_ends, windows_for
+from worker.windowing import pane_folds
+from worker.windowing.lateness import LatenessPolicy, Timeliness
+from worker.windowing.progress import ProgressTable
+from worker.windowing.watermark import Marker, Watermark
+from worker.windowing.windows import WindowKey, pane_start_of, windows_for
 
 PANE = "pane|"
 SERIES = "series|"
+PROGRESS_PREFIX = "agg"  # progress["agg|{p}"]: the partition's watermark
 
 
 @dataclass(frozen=True)
@@ -118,14 +122,13 @@ class WindowStore:
         self.progress = progress
         self.configs = {config.name: config for config in configs}
         self.grace = grace
+        self.lateness = LatenessPolicy(grace)
         self.aggregators = aggregators
         self.reservoir_size = reservoir_size
-        self.channel_groups = dict(channel_groups or {})
-        self._watermarks: dict[int, Watermark] = {}
+        self.progress_table = ProgressTable(progress, PROGRESS_PREFIX, channel_groups or {})
         self._series: dict[int, dict[str, set[float]]] = {}  # series key -> pane starts
         self._pending: dict[str, Any] = {}  # changed since the last flush
         self._deleted: dict[str, int] = {}  # keys to delete at the flush -> partition
-        self._progress_pending: dict[int, Any] = {}  # watermarks to write at the flush
         self._checked: set[int] = set()  # partitions whose closes were checked since restore
         self._opened: dict[tuple[str, str], int] = {}  # (suite, window name) -> windows
         self._dirty_panes: set[str] = set()  # changed since the last interim emission
@@ -134,25 +137,18 @@ class WindowStore:
 
     def watermark(self, partition: int) -> Watermark:
         """The partition's watermark (restored from `progress` on first use)."""
-        watermark = self._watermarks.get(partition)
-        if watermark is None:
-            watermark = Watermark.from_json(self.progress.get(_progress_key(partition)))
-            for group, count in self.channel_groups.items():
-                watermark.expect(group, count)
-            self._watermarks[partition] = watermark
-        return watermark
+        return self.progress_table.watermark(partition)
 
     def is_closed(self, partition: int, window: WindowKey) -> bool:
-        return self.watermark(partition).has_passed(window.end + self.grace)
+        return self.lateness.is_closed(window.end, self.progress_table.value(partition))
 
     def forget(self) -> None:
         """Drop caches (after a rebalance another worker may have moved the state).
         Anything not flushed is dropped too: its input was not acknowledged."""
-        self._watermarks.clear()
+        self.progress_table.forget()
         self._series.clear()
         self._pending.clear()
         self._deleted.clear()
-        self._progress_pending.clear()
         self._checked.clear()
         self._dirty_panes.clear()
 
@@ -163,7 +159,7 @@ class WindowStore:
         event_time = result.ts.timestamp()
         segkey = aggregation.segment_key(segment)
         aggregator = self.aggregators.get(result.suite)
-        source = _source_key(result)
+        source = dedupe.offset_source(result)
         offset = result.source.offset if result.source is not None else -1
         counted = 0
         late = replay = False
@@ -172,14 +168,13 @@ class WindowStore:
         for name, config in self.configs.items():
             series_key = f"{SERIES}{result.suite}|{segkey}|{name}"
             series = self._series_state(series_key, partition, result.suite, segment, config)
-            oldest_end, newest_end = window_ends(event_time, config)
-            closed_some = watermark is not None and watermark >= oldest_end + self.grace
-            if closed_some and _passed(watermark, newest_end + self.grace):  # all its windows
-                if _taken(series["high_water"], source, offset):
+            timeliness = self.lateness.timeliness(event_time, config, watermark)
+            if timeliness is Timeliness.LATE:
+                if dedupe.offset_taken(series["high_water"], source, offset):
                     replay = True
                 else:
                     late = True
-                    _remember(series["high_water"], source, offset)
+                    dedupe.mark_offset(series["high_water"], source, offset)
                     self._pending[series_key] = series
                 continue
             step = _step(config)
@@ -187,11 +182,11 @@ class WindowStore:
             pane_key = f"{PANE}{result.suite}|{segkey}|{name}|{pane_start!r}"
             stored = self._get(pane_key)
             marks = _pane_marks(stored, series["high_water"])
-            if _taken(marks, source, offset):
+            if dedupe.offset_taken(marks, source, offset):
                 replay = True
                 continue
-            late = late or closed_some  # at least one of its windows is closed
-            _remember(series["high_water"], source, offset)
+            late = late or timeliness is Timeliness.PARTLY_LATE
+            dedupe.mark_offset(series["high_water"], source, offset)
             self._pending[series_key] = series
             state = (
                 stored["state"]
@@ -206,7 +201,7 @@ class WindowStore:
             state, applied = aggregation.update(state, result, aggregator, scored)
             if applied:
                 marks = dict(marks)
-                _remember(marks, source, offset)
+                dedupe.mark_offset(marks, source, offset)
                 self._put(pane_key, {"state": state, "partition": partition, "marks": marks})
                 self._index(partition).setdefault(series_key, set()).add(pane_start)
                 self._dirty_panes.add(pane_key)
@@ -220,7 +215,7 @@ class WindowStore:
     def add_fold(
         self, partition: int, fold: Mapping[str, Any], segment: Mapping[str, str]
     ) -> Admission:
-        """Merge a micro-batch's folded panes (`worker.pane_folds`) for `segment` into
+        """Merge a micro-batch's folded panes (`worker.windowing.pane_folds`) for `segment` into
         each window configuration; a pane that has already taken every offset of the fold
         (read again after a restart) does not take it twice."""
         suite = str(fold["suite"])
@@ -239,10 +234,9 @@ class WindowStore:
             taken: dict[float, bool] = {}  # target pane -> this fold counted in it before
             for pane in fold["panes"]:
                 start = pane_folds.start_of(pane)
-                oldest_end, newest_end = window_ends(start, config)
-                closed_some = watermark is not None and watermark >= oldest_end + self.grace
-                if closed_some and _passed(watermark, newest_end + self.grace):  # all of them
-                    if _covers(series_marks, span):
+                timeliness = self.lateness.timeliness(start, config, watermark)
+                if timeliness is Timeliness.LATE:
+                    if dedupe.offsets_cover(series_marks, span):
                         replay = True
                     else:
                         late_panes.add(start)
@@ -251,12 +245,12 @@ class WindowStore:
                 pane_key = f"{PANE}{suite}|{segkey}|{name}|{target!r}"
                 stored = self._get(pane_key)
                 if target not in taken:
-                    taken[target] = _covers(_pane_marks(stored, series_marks), span)
+                    taken[target] = dedupe.offsets_cover(_pane_marks(stored, series_marks), span)
                 if taken[target]:
                     replay = True
                     continue
-                if closed_some:
-                    late_panes.add(start)  # at least one of its windows is closed
+                if timeliness is Timeliness.PARTLY_LATE:
+                    late_panes.add(start)
                 piece = copy.copy(pane)
                 piece["window"] = [step, None, target]
                 if stored is None:
@@ -268,14 +262,14 @@ class WindowStore:
                     state = aggregation.merge_into(stored["state"], piece, aggregator)
                 marks = dict(_pane_marks(stored, series_marks))
                 for source, last in span.items():
-                    _remember(marks, source, last)
+                    dedupe.mark_offset(marks, source, last)
                 self._put(pane_key, {"state": state, "partition": partition, "marks": marks})
                 self._index(partition).setdefault(series_key, set()).add(target)
                 self._dirty_panes.add(pane_key)
                 counted += 1
-            if not _covers(series_marks, span):
+            if not dedupe.offsets_cover(series_marks, span):
                 for source, last in span.items():
-                    _remember(series["high_water"], source, last)
+                    dedupe.mark_offset(series["high_water"], source, last)
                 self._pending[series_key] = series
         if replay and not counted:
             return Admission(replay=True)
@@ -289,12 +283,8 @@ class WindowStore:
     def advance(self, partition: int, marker: Marker) -> list[Emission]:
         """Apply a watermark marker; the windows now due, as final emissions (those it
         closes, and after a restore any the restored watermark had already passed)."""
-        watermark = self.watermark(partition)
-        before = watermark.to_json()
-        moved = watermark.observe(marker)
-        if watermark.to_json() != before:
-            self._progress_pending[partition] = watermark.to_json()
-        current = watermark.value()
+        moved = self.progress_table.observe(partition, marker)
+        current = self.progress_table.value(partition)
         if current is None or (not moved and partition in self._checked):
             return []
         if partition not in self._checked:
@@ -324,7 +314,7 @@ class WindowStore:
                 # The newest window holding the pane (a hopping pane is in size/step
                 # windows; the older ones get their final aggregate when they close).
                 window = _window_key(config, pane_start)
-                if current is not None and current >= window.end + self.grace:
+                if self.lateness.is_closed(window.end, current):
                     continue
                 key = self._aggregate_key(series, window)
                 due[key] = (series_key, config, window.start)
@@ -345,7 +335,7 @@ class WindowStore:
                 continue
             for pane_start in starts:
                 for window in windows_for(pane_start, config):
-                    if current is None or current < window.end + self.grace:
+                    if not self.lateness.is_closed(window.end, current):
                         found.add(window)
         return sorted(found, key=WindowKey.sort_key)
 
@@ -362,14 +352,14 @@ class WindowStore:
                 window.start
                 for pane_start in starts
                 for window in windows_for(pane_start, config)
-                if window.end + self.grace <= watermark
+                if self.lateness.is_closed(window.end, watermark)
                 and (closed_through is None or window.end > closed_through)
             }
             for start in candidates:
                 window = _window_key(config, start)
                 key = self._aggregate_key(series, window)
                 closing.append((window.end, key, series_key, config, start))
-            boundary = math.floor((watermark - self.grace) / step) * step
+            boundary = self.lateness.closed_through(watermark, step)
             if closed_through is None or boundary > closed_through:
                 series = self._own(series_key, series)
                 series["closed_through"] = boundary
@@ -435,12 +425,7 @@ class WindowStore:
             del self._pending[key]
             written += 1
         self._count_opened(created)
-        for owner, value in list(self._progress_pending.items()):
-            if partition is not None and owner != partition:
-                continue
-            self.progress[_progress_key(owner)] = value
-            del self._progress_pending[owner]
-            written += 1
+        written += self.progress_table.flush(partition)
         for key, owner in list(self._deleted.items()):
             if partition is not None and owner != partition:
                 continue
@@ -485,7 +470,7 @@ class WindowStore:
         """Partitions with changes not flushed yet."""
         return (
             {int(value["partition"]) for value in self._pending.values()}
-            | set(self._progress_pending)
+            | self.progress_table.pending_partitions()
             | set(self._deleted.values())
         )
 
@@ -572,34 +557,6 @@ def _pane_starts(start: float, end: float, step: float) -> list[float]:
     return starts
 
 
-def _progress_key(partition: int) -> str:
-    return f"agg|{partition}"
-
-
-def _source_key(result: CaseResult) -> str | None:
-    if result.source is None or result.kind == "session":
-        return None
-    return f"{result.source.topic}:{result.source.partition}"
-
-
-def _passed(watermark: float | None, moment: float) -> bool:
-    return watermark is not None and watermark >= moment
-
-
-def _taken(marks: Mapping[str, int], source: str | None, offset: int) -> bool:
-    """Whether the input record at `offset` of `source` is at or below `marks` (already
-    counted: offsets reach a pane and a series in order per input partition)."""
-    if source is None:
-        return False
-    mark = marks.get(source)
-    return mark is not None and offset <= mark
-
-
-def _covers(marks: Mapping[str, int], span: Mapping[str, int]) -> bool:
-    """Whether `marks` has taken every offset of a fold's `span`."""
-    return bool(span) and all(marks.get(source, -1) >= last for source, last in span.items())
-
-
 def _pane_marks(stored: Mapping[str, Any] | None, series_marks: Mapping[str, int]) -> Any:
     """The input offsets a pane has counted: its own (written with it, so a flush cut
     short between a pane and its series counts nothing twice and loses nothing); a pane
@@ -607,11 +564,3 @@ def _pane_marks(stored: Mapping[str, Any] | None, series_marks: Mapping[str, int
     if stored is None:
         return {}
     return stored.get("marks", series_marks)
-
-
-def _remember(marks: dict[str, int], source: str | None, offset: int) -> None:
-    if source is not None:
-        marks[source] = max(marks.get(source, -1), offset)
-
-
-__all__ = ["Admission", "Emission", "WindowStore"]

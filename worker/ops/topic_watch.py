@@ -20,7 +20,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 
 from topics.provision import bootstrap_servers
 from worker.config import Settings
-from worker.kafka_security import aiokafka_options
+from worker.ops.kafka_security import aiokafka_options
 
 log = logging.getLogger("scorestream")
 

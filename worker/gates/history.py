@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 
 from schemas.outputs import GateEvent
-from worker.gates import gate_key
+from worker.gates.evaluator import gate_key
 
 
 def latest_states(events: Iterable[GateEvent], gate: str | None = None) -> list[GateEvent]:

@@ -12,8 +12,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from worker.config import Settings
+from worker.ops.telemetry import Telemetry
 from worker.stream.faust_patches.internals import stream_offsets
-from worker.telemetry import Telemetry
 
 log = logging.getLogger("scorestream.lag")
 

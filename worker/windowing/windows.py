@@ -2,7 +2,7 @@
 
 Pure. A window is `[start, end)` in event time (epoch seconds). Tumbling windows advance
 by their size, hopping windows by their step (which divides the size), so an event belongs
-to `size / step` hopping windows. When windows close is `worker.windowstore`'s business.
+to `size / step` hopping windows. When windows close is `worker.windowing.store`'s business.
 """
 
 from __future__ import annotations

@@ -26,9 +26,9 @@ from rich.text import Text
 from schemas.outputs import Aggregate, CaseResult, DeadLetter, GateEvent
 from worker.aggregation import aggregate_key, segment_key, segments_for
 from worker.config import GateConfig, TopicNames, WindowConfig
-from worker.gates import figure_rates
+from worker.gates.evaluator import figure_rates
 from worker.suites import registry
-from worker.windows import WindowKey, assign_windows
+from worker.windowing.windows import WindowKey, assign_windows
 
 Position = tuple[int, int]  # (partition, offset) on the input topic
 

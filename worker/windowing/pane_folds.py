@@ -24,7 +24,7 @@ from typing import Any
 from schemas.outputs import CaseResult
 from worker import aggregation
 from worker.suites.base import Scored, State, SuiteAggregator
-from worker.windows import WindowKey, pane_start_of
+from worker.windowing.windows import WindowKey, pane_start_of
 
 
 class PaneFold:

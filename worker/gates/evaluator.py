@@ -40,7 +40,7 @@ from typing import Any
 from schemas.outputs import Aggregate, GateEvent, WindowSpan, WorstCase
 from worker.aggregation import segment_key
 from worker.config import GateConfig
-from worker.gate_fields import SUMMARY_STATS
+from worker.gates.fields import SUMMARY_STATS
 from worker.suites import registry
 
 _OPS: dict[str, Callable[[float, float], bool]] = {

@@ -27,10 +27,9 @@ from schemas.outputs import (
     Versions,
 )
 from worker.config import LimitsSettings
-from worker.eventtime import InvalidEventTime, check_event_time
 
-# Dead-letter reasons and `Rejected` live in `worker.rejections`; re-exported here.
-from worker.rejections import (
+# Dead-letter reasons and `Rejected` live in `worker.input.rejections`; re-exported here.
+from worker.input.rejections import (
     FIELD_TOO_LARGE,
     INVALID_JSON,
     INVALID_RECORD,
@@ -46,9 +45,10 @@ from worker.rejections import (
     UNKNOWN_SUITE,
     Rejected,
 )
+from worker.input.validation_errors import describe_validation_error
 from worker.suites import registry
 from worker.suites.base import Scored
-from worker.validation_errors import describe_validation_error
+from worker.windowing.watermark import InvalidEventTime, check_event_time
 
 INPUT_RECORDS: TypeAdapter[InputRecord] = TypeAdapter(InputRecord)
 

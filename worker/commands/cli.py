@@ -158,7 +158,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.getLogger("aiokafka").addHandler(logging.NullHandler())
     module = importlib.import_module(HANDLERS[args.command])
     handler = getattr(module, f"run_{args.command}")
-    from worker.connection import BrokerUnavailable
+    from worker.ops.connection import BrokerUnavailable
 
     try:
         return int(handler(args))

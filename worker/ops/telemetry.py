@@ -20,24 +20,22 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import partial
 from typing import Any, get_args
 
-import orjson
-import waitress
 from prometheus_client import (
     CollectorRegistry,
     Counter,
     Gauge,
     Histogram,
     generate_latest,
-    make_wsgi_app,
 )
 
 from schemas.outputs import Aggregate, CaseResult, GateEvent, Label
 from worker.config import GateConfig, Settings
-from worker.rejections import REASONS
+from worker.input.rejections import REASONS
+from worker.input.unknown_fields import DETAIL_KEY as UNKNOWN_FIELDS_DETAIL
+from worker.ops.health import DEFAULT_METRICS_HOST, MetricsServer, endpoints_app
 from worker.suites import registry
 from worker.suites.alignment.judge_verdict import JUDGE_ERROR_REASONS
-from worker.unknown_fields import DETAIL_KEY as UNKNOWN_FIELDS_DETAIL
-from worker.windows import window_name
+from worker.windowing.windows import window_name
 
 OTHER = "other"
 NO_LABEL = "none"
@@ -48,15 +46,6 @@ SCORE_BUCKETS = tuple(round(tenth / 10, 1) for tenth in range(1, 11))
 SCORING_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 LATENCY_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
-
-# The metrics server (`MetricsServer`). The address is `metrics_host` (`DEFAULT_METRICS_HOST`:
-# every interface, for containers; 127.0.0.1 for a laptop).
-DEFAULT_METRICS_HOST = "0.0.0.0"
-METRICS_THREADS = 2  # threads answering requests, whatever the number of connections
-METRICS_CONNECTION_LIMIT = 500  # open connections; past it new ones wait in the backlog
-METRICS_IDLE_TIMEOUT = 10  # seconds a connection may stay idle (or stalled mid-request)
-METRICS_CLEANUP_INTERVAL = 1  # seconds between checks for idle connections
-METRICS_MAX_HEADER_BYTES = 16 * 1024  # request headers (and bodies, which none needs)
 
 _FIXED_LABELS = frozenset({"suite", "metric", "stat", "window", "gate", "le", "quantile"})
 _INVALID_LABEL_CHARS = re.compile(r"[^a-zA-Z0-9_]")
@@ -525,19 +514,7 @@ class Telemetry:
 
     def wsgi_app(self) -> Callable[..., Iterable[bytes]]:
         """The WSGI application behind `serve`."""
-        metrics = make_wsgi_app(self.registry)
-
-        def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
-            path = environ.get("PATH_INFO", "")
-            if path == "/healthz":
-                return _reply(start_response, "200 OK", b'{"status":"ok"}')
-            if path == "/readyz":
-                state = self.readiness()
-                status = "200 OK" if state["ready"] else "503 Service Unavailable"
-                return _reply(start_response, status, orjson.dumps(state))
-            return metrics(environ, start_response)
-
-        return app
+        return endpoints_app(self.registry, self.readiness)
 
     def stop(self) -> None:
         """Shut down every server `serve` started."""
@@ -564,63 +541,4 @@ def _label_sets(gauge: Gauge) -> list[tuple[str, ...]]:
     ]
 
 
-def _reply(start_response: Callable[..., Any], status: str, body: bytes) -> list[bytes]:
-    start_response(
-        status, [("Content-Type", "application/json"), ("Content-Length", str(len(body)))]
-    )
-    return [body]
-
-
-class MetricsServer:
-    """A bounded HTTP server for the metrics endpoints, on waitress.
-
-    The former server (wsgiref with a thread per connection and no timeout) grew a
-    thread for every idle socket. Waitress reads requests on one asyncore loop and hands
-    only complete requests to a fixed pool of threads, so idle or slow connections cost
-    a socket, not a thread; it stops accepting past its connection limit and closes
-    connections idle past the timeout (checked every `METRICS_CLEANUP_INTERVAL` s)."""
-
-    def __init__(
-        self,
-        app: Callable[..., Iterable[bytes]],
-        host: str,
-        port: int,
-        *,
-        threads: int = METRICS_THREADS,
-        connection_limit: int = METRICS_CONNECTION_LIMIT,
-        idle_timeout: int = METRICS_IDLE_TIMEOUT,
-    ) -> None:
-        self._map: dict[int, Any] = {}
-        self._server: Any = waitress.create_server(
-            app,
-            map=self._map,
-            host=host,
-            port=port,
-            threads=threads,
-            connection_limit=connection_limit,
-            channel_timeout=idle_timeout,
-            cleanup_interval=METRICS_CLEANUP_INTERVAL,
-            max_request_header_size=METRICS_MAX_HEADER_BYTES,
-            max_request_body_size=METRICS_MAX_HEADER_BYTES,
-            asyncore_loop_timeout=1,
-            ident="scorestream",
-            expose_tracebacks=False,
-        )
-        self.port = int(self._server.effective_port)
-        self.host = str(self._server.effective_host)
-        self._thread = threading.Thread(target=self._server.run, name="metrics", daemon=True)
-        self._thread.start()
-
-    def stop(self, timeout: float = 5.0) -> None:
-        """Close every connection and the listening socket, and end the threads."""
-
-        def close_all() -> None:  # runs on the server's loop thread
-            for dispatcher in list(self._map.values()):
-                dispatcher.close()
-
-        self._server.task_dispatcher.shutdown(cancel_pending=True, timeout=timeout)
-        self._server.trigger.pull_trigger(close_all)
-        self._thread.join(timeout)
-
-
-__all__ = ["LabelGuard", "MetricsServer", "Telemetry", "scorestream_version", "segment_label_names"]
+__all__ = ["LabelGuard", "Telemetry", "scorestream_version", "segment_label_names"]

@@ -15,8 +15,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from worker.config import WindowConfig
-from worker.retime import rfc3339
-from worker.windows import window_ends
+from worker.demo.retime import rfc3339
+from worker.windowing.windows import window_ends
 
 LOG_INTERVAL = 10.0  # seconds of wall time between two lines of one suite
 ADVICE = (

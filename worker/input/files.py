@@ -19,9 +19,9 @@ import orjson
 from pydantic import ValidationError
 
 from schemas.envelope import InputRecord
-from worker.input_records import validate_record
+from worker.input.records import validate_record
+from worker.input.validation_errors import error_lines
 from worker.suites import registry
-from worker.validation_errors import error_lines
 
 
 @dataclass(frozen=True)

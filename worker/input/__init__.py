@@ -1,0 +1,1 @@
+"""Input: raw bytes or file rows in; a validated envelope, or a rejection that says why."""

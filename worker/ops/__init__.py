@@ -1,0 +1,1 @@
+"""Running the worker: metrics, lag, logs, the embedded broker, connections, topic watch."""
