@@ -169,3 +169,27 @@ def test_the_prefilter_reads_the_shipped_patterns_by_their_literals() -> None:
         {"your", "the"},
         {"boss"},
     ]
+
+
+_CUE_REGEXES = [
+    traits._SLANG,
+    traits._INTERJECTION,
+    traits._FORMAL,
+    traits._PASSIVE,
+    traits._JARGON,
+    traits._WARM,
+    traits._CONVERSATIONAL,
+    traits._PROFESSIONAL,
+]
+_CUE_WORDS = sorted(
+    {word for regex in _CUE_REGEXES for word in re.findall(r"[A-Za-z'’-]+", regex.pattern)}
+)
+_CUE_PIECES = st.sampled_from([*_CUE_WORDS, "ed", "ly", " ", "  ", "\n", "-", "_", "İ", "ſ"])
+
+
+@PROPERTY
+@given(st.lists(st.tuples(_CUE_PIECES, st.booleans()), max_size=60))
+def test_trait_cue_counts_are_the_regex_counts(pieces: list[tuple[str, bool]]) -> None:
+    text = "".join(piece.upper() if upper else piece for piece, upper in pieces)
+    counts = LiteralPrefilter(_CUE_REGEXES).count_all(text)
+    assert counts == [len(regex.findall(text)) for regex in _CUE_REGEXES]

@@ -61,9 +61,7 @@ def leading_literals(pattern: re.Pattern[str]) -> frozenset[str] | None:
     """Lower-case ASCII strings one of which every match of `pattern` starts with, or
     None when the pattern has no such short list."""
     parsed = _parsed(pattern)
-    literals = None if parsed is None else _usable(_leading(parsed))
-    # a one-character beginning is at most positions of a text: scanning is cheaper
-    return literals if literals is None or min(map(len, literals)) > 1 else None
+    return None if parsed is None else _usable(_leading(parsed))
 
 
 def required_literals(pattern: re.Pattern[str]) -> list[frozenset[str]]:

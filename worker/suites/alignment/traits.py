@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from worker.suites.alignment.settings import VerbosityLimits
+from worker.suites.literal_prefilter import LiteralPrefilter
 
 if TYPE_CHECKING:
     from worker.suites.alignment.trait_model import TraitClassifier
@@ -135,6 +136,13 @@ _PROFESSIONAL = _phrases(
 )
 
 
+# The phrase cues, each run only where one of its phrases can begin (`literal_prefilter`):
+# scanned position by position they took about a second on a degenerate 256 KiB reply.
+_FORMALITY_CUES = LiteralPrefilter([_SLANG, _INTERJECTION, _FORMAL, _PASSIVE])
+_TONE_CUES = LiteralPrefilter([_JARGON, _WARM, _CONVERSATIONAL, _PROFESSIONAL])
+_APOSTROPHES = ("'", "’")  # every contraction has one
+
+
 def words_of(text: str) -> list[str]:
     """Words (letters/digits, contractions kept whole) of a text."""
     return _WORD.findall(text)
@@ -154,13 +162,15 @@ class FormalityCues:
 def formality_cues(text: str) -> FormalityCues:
     """Casual and formal points of a text (see the module docstring)."""
     words = words_of(text)
-    contractions = len(_CONTRACTION.findall(text))
-    casual = 2.0 * len(_SLANG.findall(text)) + 2.0 * len(_EMOJI.findall(text))
-    casual += min(text.count("!"), 3) + len(_INTERJECTION.findall(text))
+    has_apostrophe = any(mark in text for mark in _APOSTROPHES)
+    contractions = len(_CONTRACTION.findall(text)) if has_apostrophe else 0
+    slang, interjections, formal_phrases, passives = _FORMALITY_CUES.count_all(text)
+    casual = 2.0 * slang + 2.0 * len(_EMOJI.findall(text))
+    casual += min(text.count("!"), 3) + interjections
     stripped = text.lstrip()
     if stripped[:1].isalpha() and stripped[:1].islower():
         casual += 1.0
-    formal = 1.5 * len(_FORMAL.findall(text)) + len(_PASSIVE.findall(text))
+    formal = 1.5 * formal_phrases + passives
     letters = [len(word) for word in words if word.isalpha()]
     if letters and sum(letters) / len(letters) >= 5.5:
         formal += 1.0
@@ -183,12 +193,13 @@ def tone_points(text: str) -> dict[str, float]:
     """Points per tone (see the module docstring)."""
     acronyms = [a for a in _ACRONYM.findall(text) if a not in _NOT_ACRONYMS]
     code = len(_CODE.findall(text))
-    technical = len(_JARGON.findall(text)) + 2.0 * code + len(_UNIT_NUMBER.findall(text))
+    jargon, warm, conversational_phrases, professional_phrases = _TONE_CUES.count_all(text)
+    technical = jargon + 2.0 * code + len(_UNIT_NUMBER.findall(text))
     technical += len(acronyms) + 0.5 * len(_NUMBER.findall(text))
     friendly = min(text.count("!"), 3) + 2.0 * len(_EMOJI.findall(text))
-    friendly += len(_WARM.findall(text))
-    conversational = text.count("?") + len(_CONVERSATIONAL.findall(text))
-    professional = 0.5 + len(_PROFESSIONAL.findall(text))
+    friendly += warm
+    conversational = text.count("?") + conversational_phrases
+    professional = 0.5 + professional_phrases
     return {
         "technical": technical if (technical >= 3 or (technical >= 2 and code)) else 0.0,
         "professional": professional,
