@@ -193,3 +193,18 @@ def test_trait_cue_counts_are_the_regex_counts(pieces: list[tuple[str, bool]]) -
     text = "".join(piece.upper() if upper else piece for piece, upper in pieces)
     counts = LiteralPrefilter(_CUE_REGEXES).count_all(text)
     assert counts == [len(regex.findall(text)) for regex in _CUE_REGEXES]
+
+
+_CODE_BEFORE = re.compile(
+    r"`[^`]+`|\b[a-z]+_[a-z0-9_]+\b|\b\w+\.(?:conf|py|json|yaml|yml|sql|js)\b|\b\w+\(\)"
+    r"|\b[a-z]+[A-Z]\w*\b|\([a-z_]+,\s*[a-z_]+\)|\b[a-z]+(?:\.[a-z]+){2,}\b"
+    r"|\b\d+(?:\.\d+)?e-?\d+\b",
+)
+_UNIT_NUMBER_BEFORE = re.compile(r"\b\d+(?:\.\d+)?\s?(?:ms|s|gb|mb|kb|%|x|k|m)\b", re.IGNORECASE)
+
+
+@PROPERTY
+@given(st.text(alphabet="abZ_19.e-(),` %msxKB\n", max_size=60))
+def test_possessive_code_and_unit_cues_match_as_before(text: str) -> None:
+    assert traits._CODE.findall(text) == _CODE_BEFORE.findall(text)
+    assert traits._UNIT_NUMBER.findall(text) == _UNIT_NUMBER_BEFORE.findall(text)

@@ -104,12 +104,15 @@ _JARGON = _phrases(
     "runtime | compiler | function | variable | integer | string | hash | encryption | "
     "database | server | load balancer | dns | tcp | firewall | kernel | module"
 )
+# Runs are possessive (`++`, `*+`) where what follows a run can never be a character of
+# the run, so that giving characters back cannot help: the same matches, without
+# retrying every shorter run of a long word or digit string.
 _CODE = re.compile(
-    r"`[^`]+`|\b[a-z]+_[a-z0-9_]+\b|\b\w+\.(?:conf|py|json|yaml|yml|sql|js)\b|\b\w+\(\)"
-    r"|\b[a-z]+[A-Z]\w*\b|\([a-z_]+,\s*[a-z_]+\)|\b[a-z]+(?:\.[a-z]+){2,}\b"
-    r"|\b\d+(?:\.\d+)?e-?\d+\b",
+    r"`[^`]++`|\b[a-z]++_[a-z0-9_]++\b|\b\w++\.(?:conf|py|json|yaml|yml|sql|js)\b|\b\w++\(\)"
+    r"|\b[a-z]++[A-Z]\w*+\b|\([a-z_]++,\s*+[a-z_]++\)|\b[a-z]++(?:\.[a-z]++){2,}\b"
+    r"|\b\d++(?:\.\d++)?e-?\d++\b",
 )
-_UNIT_NUMBER = re.compile(r"\b\d+(?:\.\d+)?\s?(?:ms|s|gb|mb|kb|%|x|k|m)\b", re.IGNORECASE)
+_UNIT_NUMBER = re.compile(r"\b\d++(?:\.\d++)?\s?(?:ms|s|gb|mb|kb|%|x|k|m)\b", re.IGNORECASE)
 # A bare number: `(?<![\w.])\d+(?:[.,]\d+)?(?![\w.]*[A-Za-z])`. Written with possessive
 # digit runs so that a failed lookahead is not retried at every shorter run (quadratic on a
 # long digit string): a shorter run sees the same rest of its word, so it fails the same.
