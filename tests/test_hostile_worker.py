@@ -13,7 +13,6 @@ from typing import Any
 
 import orjson
 import pytest
-from worker.broker import EmbeddedBroker
 
 from tests.streamkit import (
     TopicReader,
@@ -27,6 +26,7 @@ from tests.streamkit import (
     write_config,
 )
 from tests.test_scoring_deadline import HealthProbe
+from worker.ops.broker import EmbeddedBroker
 
 TEXT_LIMIT = 256 * 1024
 
