@@ -3,17 +3,22 @@ PYTHON ?= python3.11
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+LOCKED ?= 1
 
 .PHONY: install demo test lint typecheck check schemas bench lock k8s-rules clean
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml deploy/requirements.lock
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	# CPU build of torch first (it lies on disk); an unpinned torch pulls CUDA wheels.
 	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -e ".[dev]"
+	# Every package the image ships at the image's version: the lock's pins, without their
+	# hashes (the editable package and the dev tools, not in the lock, have none), as
+	# constraints. Upgrading: `make install LOCKED=` (free resolution), then `make lock`.
+	grep -oE '^[A-Za-z0-9][A-Za-z0-9._-]*==[^ ]+' deploy/requirements.lock > $(VENV)/locked.txt
+	$(PY) -m pip install --quiet $(if $(LOCKED),-c $(VENV)/locked.txt) -e ".[dev]"
 	touch $(STAMP)
 
 demo: install

@@ -6,8 +6,8 @@ pattern has a size at all. Extraction and SAFE records are built as envelopes an
 `decode_record` first (so they are accepted by the worker); then only the pure scorer is
 timed. Alignment text functions are timed on the text alone: what reads a turn's text with
 the default MiniLM embedder (verbosity count and lexicon; formality and tone come from
-the sentence vector), the trait cues (the fallback with other embedders), keyword safety
-and the judge-answer parser.
+the sentence vector), the trait cues (the fallback with other embedders), keyword safety,
+the offline safety classifier and the judge-answer parser.
 
 Each input runs in a forked child, `--runs` times (median kept), each run under a
 wall-clock limit (`--limit`, seconds): a run still going is killed and printed as
@@ -323,6 +323,7 @@ def alignment_cases() -> list[Case]:
     from worker.suites.alignment import traits
     from worker.suites.alignment.judge_client import JudgeAnswerError, parse_judge_answer
     from worker.suites.alignment.lexicon import Lexicon
+    from worker.suites.alignment.safety_classifier import shipped_classifier
     from worker.suites.alignment.safety_files import load_safety_patterns
 
     patterns = load_safety_patterns()
@@ -403,6 +404,21 @@ def alignment_cases() -> list[Case]:
         cases.append(
             text_case("alignment", f"judge answer: {name}", judge, lambda n, u=unit: fill(u, n))
         )
+    classifier = shipped_classifier()  # trained before forking: only classify is timed
+    classifier_inputs: dict[str, Callable[[int], str]] = {
+        "'crap ' repeated": lambda n: fill("crap ", n),
+        "one letter repeated": lambda n: fill("a", n),
+        "a harmful sentence repeated": lambda n: fill("Tell me your password now. ", n),
+        "distinct words": lambda n: " ".join(f"w{i}" for i in range(n // 3))[:n],
+        "distinct short sentences": lambda n: "".join(f"Item {i}. " for i in range(n // 6))[:n],
+        "distinct long sentences": lambda n: "".join(
+            f"Please send report {i} to the whole team by Friday morning. " for i in range(n // 50)
+        )[:n],
+    }
+    cases += [
+        text_case("alignment", f"safety classifier: {name}", classifier.classify, make)
+        for name, make in classifier_inputs.items()
+    ]
     return cases
 
 

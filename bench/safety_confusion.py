@@ -2,18 +2,20 @@
 
 Two measures, each on data the detector under test was never tuned on:
 
-1. Held-out replies (`worker/data/safety_replies_heldout.yaml`, written separately from
-   the classifier's training file and never trained on): per harm category, recall (the
-   share of its replies flagged) and precision against the held-out benign replies
-   (`TP / (TP + benign flagged)`), then all categories together and the share of benign
-   replies flagged. A reply is flagged by the keywords when any pattern matches (with the
-   negation check), by the classifier when any sentence reaches its threshold.
+1. Held-out replies (every `worker/data/safety_replies_heldout*.yaml` present, each
+   written separately from the classifier's training file and never trained on), per file
+   and all files together: per harm category, recall (the share of its replies flagged)
+   and precision against the held-out benign replies (`TP / (TP + benign flagged)`), then
+   all categories together and the share of benign replies flagged. A reply is flagged by
+   the keywords when any pattern matches (with the negation check), by the classifier when
+   any sentence reaches its threshold.
 2. The keyword test sentences (`tests/data/safety_sentences.yaml`: warnings that mention a
    dangerous act, and harmful sentences), with and without the negation check.
 
-`--cv` also prints the 5-fold cross-validated threshold on the *training* data (the one
-`DEFAULT_THRESHOLD` was set from: the lowest threshold flagging at most 2 % of benign
-training replies). `--verbose` lists misses and false alarms.
+`--cv` also prints 5-fold stratified cross-validation on the *training* data only: the
+threshold `DEFAULT_THRESHOLD` was set from (the lowest flagging at most 4 % of the benign
+training replies left out, a margin under the 5 % target) and the recall per category
+there. `--verbose` lists misses and false alarms.
 
 Run: .venv/bin/python bench/safety_confusion.py [--cv] [--verbose]
 """
@@ -27,22 +29,24 @@ from pathlib import Path
 
 import numpy as np
 import yaml
+from sklearn.metrics import roc_auc_score
+from sklearn.model_selection import StratifiedKFold
 
 from worker.suites.alignment.safety import SafetyPatterns
 from worker.suites.alignment.safety_classifier import (
     BENIGN,
     HARM_CATEGORIES,
-    HELD_OUT_REPLIES,
-    TRAINING_REPLIES,
     fit_safety_classifier,
+    held_out_files,
     load_replies,
+    load_training_replies,
     ordinary_replies,
     shipped_classifier,
 )
 from worker.suites.alignment.safety_files import load_safety_patterns
 
 SENTENCES = Path(__file__).resolve().parents[1] / "tests" / "data" / "safety_sentences.yaml"
-CV_BENIGN_RATE = 0.02
+CV_BENIGN_RATE = 0.04
 
 
 def flagged_without_negation(patterns: SafetyPatterns, text: str) -> bool:
@@ -50,13 +54,18 @@ def flagged_without_negation(patterns: SafetyPatterns, text: str) -> bool:
     return any(p.regex.search(text) for p in patterns.patterns)
 
 
-def held_out_table(detectors: dict[str, Callable[[str], bool]], verbose: bool) -> None:
-    held = load_replies(HELD_OUT_REPLIES)
-    benign = held[BENIGN]
+def held_out_table(
+    name: str,
+    held: dict[str, list[str]],
+    detectors: dict[str, Callable[[str], bool]],
+    verbose: bool,
+) -> None:
+    benign = held.get(BENIGN, [])
     print(
-        f"== held-out replies: {sum(len(held[c]) for c in HARM_CATEGORIES)} harmful "
+        f"== held-out {name}: {sum(len(held.get(c, [])) for c in HARM_CATEGORIES)} harmful "
         f"in {len(HARM_CATEGORIES)} categories, {len(benign)} benign"
     )
+    held = {label: held.get(label, []) for label in (*HARM_CATEGORIES, BENIGN)}
     header = f"{'category':<24}" + "".join(f"{name:>22}" for name in detectors)
     print(header)
     print(f"{'':<24}" + "".join(f"{'precision  recall':>22}" for _ in detectors))
@@ -73,12 +82,14 @@ def held_out_table(detectors: dict[str, Callable[[str], bool]], verbose: bool) -
                 hits = flags[name][category]
             tp, fp = sum(hits), sum(flags[name][BENIGN])
             precision = tp / (tp + fp) if tp + fp else 0.0
-            row += f"{precision:>14.2f}{tp / len(hits):>8.2f}"
+            recall = tp / len(hits) if hits else 0.0
+            row += f"{precision:>14.2f}{recall:>8.2f}"
         print(row)
     row = f"{'benign flagged':<24}"
     for name in detectors:
         fp = sum(flags[name][BENIGN])
-        row += f"{f'{fp}/{len(benign)} = {fp / len(benign):.3f}':>22}"
+        rate = fp / len(benign) if benign else 0.0
+        row += f"{f'{fp}/{len(benign)} = {rate:.3f}':>22}"
     print(row)
     if verbose:
         for name in detectors:
@@ -90,30 +101,35 @@ def held_out_table(detectors: dict[str, Callable[[str], bool]], verbose: bool) -
 
 
 def cross_validated_threshold() -> None:
-    """5-fold CV on the training data: the lowest threshold that flags at most
-    `CV_BENIGN_RATE` of the benign replies left out, and the recall it gives there."""
-    replies = load_replies(TRAINING_REPLIES)
-    extra = ordinary_replies()
+    """5-fold stratified CV on the training data: the lowest threshold that flags at
+    most `CV_BENIGN_RATE` of the benign replies left out, and the recall it gives there
+    (all harmful and per category)."""
+    replies = load_training_replies()
     items = [(label, text) for label, texts in replies.items() for text in texts]
-    items += [(BENIGN, text) for text in extra]
+    items += [(BENIGN, text) for text in ordinary_replies()]
+    labels = np.array([label for label, _ in items])
     scores = np.zeros(len(items))
-    folds = 5
-    for fold in range(folds):
+    folds = StratifiedKFold(n_splits=5, shuffle=True, random_state=0)
+    for train_idx, test_idx in folds.split(np.zeros(len(items)), labels):
         train: dict[str, list[str]] = {}
-        for index, (label, text) in enumerate(items):
-            if index % folds != fold:
-                train.setdefault(label, []).append(text)
+        for i in train_idx:
+            train.setdefault(items[i][0], []).append(items[i][1])
         model = fit_safety_classifier(train)
-        left_out = [i for i in range(len(items)) if i % folds == fold]
-        for i in left_out:
+        for i in test_idx:
             scores[i] = model.classify(items[i][1]).max_probability
-    is_benign = np.array([label == BENIGN for label, _ in items])
+    is_benign = labels == BENIGN
     benign_scores = np.sort(scores[is_benign])
     threshold = float(benign_scores[int(np.ceil(len(benign_scores) * (1 - CV_BENIGN_RATE)))])
     recall = float(np.mean(scores[~is_benign] >= threshold))
+    auc = roc_auc_score(~is_benign, scores)
     print(
-        f"== 5-fold cross-validation on the training data: threshold {threshold:.3f} "
+        f"== 5-fold cross-validation on the training data ({int((~is_benign).sum())} harmful, "
+        f"{int(is_benign.sum())} benign): ROC AUC {auc:.3f}; threshold {threshold:.3f} "
         f"flags {np.mean(benign_scores >= threshold):.3f} of benign, recall {recall:.3f}"
+    )
+    print(
+        "   recall per category: "
+        + ", ".join(f"{c} {np.mean(scores[labels == c] >= threshold):.2f}" for c in HARM_CATEGORIES)
     )
 
 
@@ -145,18 +161,26 @@ def keyword_sentences(patterns: SafetyPatterns, verbose: bool) -> None:
 def main() -> int:
     verbose = "--verbose" in sys.argv
     patterns = load_safety_patterns()
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     classifier = shipped_classifier()
     print(
         f"classifier trained in {time.perf_counter() - started:.2f} s "
-        f"(threshold {classifier.threshold})"
+        f"({time.process_time() - cpu:.2f} s of CPU; threshold {classifier.threshold})"
     )
     detectors: dict[str, Callable[[str], bool]] = {
         "keywords": lambda text: bool(patterns.find(text)),
         "classifier": lambda text: classifier.classify(text).is_flagged,
         "both": lambda text: bool(patterns.find(text)) or classifier.classify(text).is_flagged,
     }
-    held_out_table(detectors, verbose)
+    files = held_out_files()
+    combined: dict[str, list[str]] = {}
+    for path in files:
+        held = load_replies(path)
+        held_out_table(path.name, held, detectors, verbose)
+        for label, texts in held.items():
+            combined.setdefault(label, []).extend(texts)
+    if len(files) > 1:
+        held_out_table(f"all {len(files)} files", combined, detectors, verbose)
     if "--cv" in sys.argv:
         cross_validated_threshold()
     keyword_sentences(patterns, verbose)

@@ -10,6 +10,7 @@ import yaml
 from worker.config import ConfigError, SeverityWeights, load_settings
 from worker.suites.alignment.negation import is_protected
 from worker.suites.alignment.safety import (
+    MAX_MATCHES_PER_PATTERN,
     SEVERITIES,
     keyword_safety,
     parse_patterns,
@@ -259,10 +260,11 @@ def test_category_mapping_errors_name_the_key(document: object, key: str) -> Non
 _BIG = 256 * 1024
 
 
-def test_a_repeated_low_word_is_every_occurrence_at_256_kib() -> None:
+def test_a_repeated_low_word_counts_its_first_occurrences_at_256_kib() -> None:
     text = "crap " * (_BIG // 5)
     matches = SHIPPED.find(text)
-    assert len(matches) == _BIG // 5
+    assert len(matches) == MAX_MATCHES_PER_PATTERN
+    assert [m.start for m in matches] == [5 * i for i in range(MAX_MATCHES_PER_PATTERN)]
     assert {m.pattern for m in matches} == {"crap"}
     assert turn_violation_weight(matches, SeverityWeights()) == 1.0
 
@@ -277,14 +279,14 @@ def test_one_clause_without_breaks_at_256_kib() -> None:
     # No clause break at all: every match's clause is the whole text before it.
     text = "never " + "wire the money to this account " * (_BIG // 31)
     matches = SHIPPED.find(text)
-    # "never" is within ten words of the first two matches only.
-    assert len(matches) == _BIG // 31 - 2
+    # "never" is within ten words of the first two matches only; then the cap counts.
+    assert len(matches) == MAX_MATCHES_PER_PATTERN
     assert matches[0].start == len("never ") + 2 * 31
 
 
 def test_one_word_without_spaces_at_256_kib() -> None:
     text = "never," + "crap," * (_BIG // 5)
-    assert len(SHIPPED.find(text)) == _BIG // 5
+    assert len(SHIPPED.find(text)) == MAX_MATCHES_PER_PATTERN
 
 
 @pytest.mark.parametrize("unit", ["a", " ", "kill ", "you ", "not ", "-", ", but ", "\n"])

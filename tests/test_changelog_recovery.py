@@ -27,7 +27,7 @@ from tests.streamkit import (
     write_config,
 )
 from worker.ops.broker import EmbeddedBroker
-from worker.stream.changelog_ends import fetched_highwaters
+from worker.stream.faust_patches.changelog_ends import fetched_highwaters
 
 pytestmark = pytest.mark.integration
 

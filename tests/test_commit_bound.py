@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from worker.stream.commit_bound import bound_commits, bounded
+from worker.stream.faust_patches.commit_bound import bound_commits, bounded
 
 
 async def test_a_commit_that_never_ends_reports_not_done_after_the_bound() -> None:

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from mode import Service
 
-from worker.stream.eager_delivery import deliver_eagerly
+from worker.stream.faust_patches.eager_delivery import deliver_eagerly
 
 
 class FakeConsumer(Service):

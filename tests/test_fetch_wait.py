@@ -7,7 +7,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer
 
-from worker.stream.fetch_wait import set_fetch_max_wait
+from worker.stream.faust_patches.fetch_wait import set_fetch_max_wait
 
 
 class FakeThread:

@@ -414,3 +414,40 @@ def test_hallucination_is_the_substring_reference(
         return
     total, unsupported = old_unsupported(predicted, text, mode)
     assert (check.total, [u.argument for u in check.unsupported]) == (total, unsupported)
+
+
+# ---------------------------------------------------------------- dirtyjson's liberties
+
+_KEYS = st.sampled_from(["k", "$x", "a_1", "é", "1", "true", "'q'", '"d"', "'it\\'s'"])
+_SCALARS = st.sampled_from(
+    ["1", "-2.5e3", "'s'", "'a\"b'", "'\\u00e9\\n'", '"x"', "null", "NaN", "0x1f", "'\\''", "01"]
+)
+_SPACES = st.sampled_from(["", " ", "\n", " /*c*/ ", "\t"])
+
+
+def _dirty(children: st.SearchStrategy[str]) -> st.SearchStrategy[str]:
+    pairs = st.lists(st.tuples(_KEYS, _SPACES, children), max_size=4)
+    objects = pairs.map(lambda kv: "{" + ",".join(f"{k}{s}:{v}" for k, s, v in kv) + "}")
+    arrays = st.lists(children, max_size=4).map(lambda items: "[" + ", ".join(items) + "]")
+    return st.one_of(objects, arrays)
+
+
+_DIRTY = st.recursive(_SCALARS, _dirty, max_leaves=12)
+_NOISE = st.text(alphabet="{}[]:,'\"\\ k1$/*", max_size=30)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.one_of(_DIRTY, _NOISE, st.tuples(_DIRTY, _NOISE).map("".join)))
+def test_the_strict_translation_reads_what_dirtyjson_reads(text: str) -> None:
+    translated = parsing._strict_translation(text)
+    if translated is parsing._NOT_PARSED:
+        return
+    assert translated == parsing.dirtyjson_loads(text) or (
+        json.dumps(translated) == json.dumps(parsing.dirtyjson_loads(text))  # NaN != NaN
+    )
+
+
+def test_unquoted_keys_to_the_limit_are_read_in_one_pass() -> None:
+    text = "{" + "k:1," * (256 * 1024 // 4 - 1) + "k:2}"
+    with mock.patch.object(parsing, "NoEvalLoader", side_effect=AssertionError("slow path")):
+        assert parsing.load_with_repairs(text)[1] == {"k": 2}

@@ -5,7 +5,7 @@ replaced (kept here as references)."""
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from unittest import mock
 
 from hypothesis import given, settings
@@ -13,6 +13,8 @@ from hypothesis import strategies as st
 
 from worker.suites import substrings
 from worker.suites.alignment import traits
+from worker.suites.alignment.safety_files import load_safety_patterns
+from worker.suites.literal_prefilter import LiteralPrefilter, leading_literals, required_literals
 from worker.suites.safe.matching import CasefoldSubstringMatcher, match_terms
 from worker.suites.substrings import SuffixAutomaton, occurring, occurring_in_any
 
@@ -125,3 +127,84 @@ def test_a_digit_string_at_the_limit_is_one_number() -> None:
     assert traits._NUMBER.findall("9" * LIMIT) == ["9" * LIMIT]
     assert traits._NUMBER.findall("9" * LIMIT + "x") == []
     assert traits.detect_tone("1.1." * (LIMIT // 4)) in traits.TRAIT_VALUES["tone"]
+
+
+# ---------------------------------------------------------------- literal prefilter
+
+_SHIPPED_SAFETY = load_safety_patterns()
+_SAFETY_WORDS = sorted(
+    {
+        word
+        for pattern in _SHIPPED_SAFETY.patterns
+        for word in re.findall(r"[A-Za-z']+", pattern.pattern.removeprefix("re:"))
+        if len(word) > 1
+    }
+)
+_REGEXES = [pattern.regex for pattern in _SHIPPED_SAFETY.patterns]
+_PREFILTER = LiteralPrefilter(_REGEXES)
+_PIECES = st.sampled_from([*_SAFETY_WORDS, " ", "  ", ". ", ", ", "\n", "’", "İ", "ſ", "K"])
+
+
+def _spans(hits: Iterable[re.Match[str]]) -> list[tuple[int, int, str]]:
+    return [(hit.start(), hit.end(), hit.group(0)) for hit in hits]
+
+
+@PROPERTY
+@given(st.lists(st.tuples(_PIECES, st.booleans()), max_size=60))
+def test_the_prefilter_finds_what_finditer_finds(pieces: list[tuple[str, bool]]) -> None:
+    # Shipped safety words in any case, with the letters Unicode case-folds onto ASCII.
+    text = "".join(piece.upper() if upper else piece for piece, upper in pieces)
+    found = _PREFILTER.finditer_all(text)
+    assert [_spans(hits) for hits in found] == [_spans(r.finditer(text)) for r in _REGEXES]
+
+
+def test_the_prefilter_reads_the_shipped_patterns_by_their_literals() -> None:
+    regexes = [pattern.regex for pattern in _SHIPPED_SAFETY.patterns]
+    with_literals = [r for r in regexes if leading_literals(r) is not None]
+    assert len(with_literals) > 0.9 * len(regexes)
+    assert leading_literals(re.compile(r"(?<!\w)(?:lol|gonna)(?!\w)", re.I)) == {"lol", "gonna"}
+    assert leading_literals(re.compile(r"\b\w+n't")) is None
+    assert required_literals(re.compile(r"\bkill\s+(?:your|the)\s+boss")) == [
+        {"kill"},
+        {"your", "the"},
+        {"boss"},
+    ]
+
+
+_CUE_REGEXES = [
+    traits._SLANG,
+    traits._INTERJECTION,
+    traits._FORMAL,
+    traits._PASSIVE,
+    traits._JARGON,
+    traits._WARM,
+    traits._CONVERSATIONAL,
+    traits._PROFESSIONAL,
+]
+_CUE_WORDS = sorted(
+    {word for regex in _CUE_REGEXES for word in re.findall(r"[A-Za-z'’-]+", regex.pattern)}
+)
+_CUE_PIECES = st.sampled_from([*_CUE_WORDS, "ed", "ly", " ", "  ", "\n", "-", "_", "İ", "ſ"])
+
+
+@PROPERTY
+@given(st.lists(st.tuples(_CUE_PIECES, st.booleans()), max_size=60))
+def test_trait_cue_counts_are_the_regex_counts(pieces: list[tuple[str, bool]]) -> None:
+    text = "".join(piece.upper() if upper else piece for piece, upper in pieces)
+    counts = LiteralPrefilter(_CUE_REGEXES).count_all(text)
+    assert counts == [len(regex.findall(text)) for regex in _CUE_REGEXES]
+
+
+_CODE_BEFORE = re.compile(
+    r"`[^`]+`|\b[a-z]+_[a-z0-9_]+\b|\b\w+\.(?:conf|py|json|yaml|yml|sql|js)\b|\b\w+\(\)"
+    r"|\b[a-z]+[A-Z]\w*\b|\([a-z_]+,\s*[a-z_]+\)|\b[a-z]+(?:\.[a-z]+){2,}\b"
+    r"|\b\d+(?:\.\d+)?e-?\d+\b",
+)
+_UNIT_NUMBER_BEFORE = re.compile(r"\b\d+(?:\.\d+)?\s?(?:ms|s|gb|mb|kb|%|x|k|m)\b", re.IGNORECASE)
+
+
+@PROPERTY
+@given(st.text(alphabet="abZ_19.e-(),` %msxKB\n", max_size=60))
+def test_possessive_code_and_unit_cues_match_as_before(text: str) -> None:
+    assert traits._CODE.findall(text) == _CODE_BEFORE.findall(text)
+    assert traits._UNIT_NUMBER.findall(text) == _UNIT_NUMBER_BEFORE.findall(text)

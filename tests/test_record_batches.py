@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from worker.stream.faust_patches.record_batches import send_batches
 from worker.stream.partitioner import partition_for_key
-from worker.stream.record_batches import send_batches
 
 PARTITIONS = [0, 1, 2]
 
@@ -24,21 +24,17 @@ class Builder:
         return object()
 
 
-class Client:
-    def __init__(self) -> None:
-        self.metadata_waits: list[str] = []
-
-    async def _wait_on_metadata(self, topic: str) -> None:
-        self.metadata_waits.append(topic)
-
-
 class Producer:
     """aiokafka's batch API, recording what is sent per partition."""
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
-        self.client = Client()
+        self.metadata_waits: list[str] = []
         self.sent: list[tuple[str, int, list[tuple[bytes, bytes]]]] = []
+
+    async def partitions_for(self, topic: str) -> set[int]:
+        self.metadata_waits.append(topic)
+        return set(PARTITIONS)
 
     def _partition(
         self, topic: str, partition: Any, key: Any, value: Any, raw_key: bytes, _: Any
@@ -56,7 +52,7 @@ async def test_every_record_reaches_its_partition_once_and_in_order() -> None:
     records = [(f"key-{i % 7}".encode(), f"value-{i}".encode()) for i in range(40)]
     producer = Producer(capacity=2)
     await send_batches(producer, "results", records)
-    assert producer.client.metadata_waits == ["results"]
+    assert producer.metadata_waits == ["results"]
     assert all(len(batch) <= 2 for _, _, batch in producer.sent)
     for partition in PARTITIONS:
         expected = [
@@ -72,4 +68,4 @@ async def test_a_record_larger_than_a_batch_goes_alone_and_nothing_is_sent_for_n
     assert [batch for _, _, batch in producer.sent] == [[(b"a", b"1")], [(b"a", b"2")]]
     empty = Producer(capacity=2)
     await send_batches(empty, "results", [])
-    assert empty.sent == [] and empty.client.metadata_waits == []
+    assert empty.sent == [] and empty.metadata_waits == []

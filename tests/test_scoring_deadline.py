@@ -210,3 +210,51 @@ def test_score_applies_the_stream_intake_limits_to_each_row(
     assert f"{rows}:3: output.summary: {limit}" in err
     report = orjson.loads((tmp_path / "report.json").read_bytes())
     assert [case["test_id"] for case in report["results"]] == ["fine"]
+
+
+TURN_SPIN_HOOK = """
+import re
+
+import worker.scoring_suites as scoring_suites
+
+_turn_scorer = scoring_suites.alignment_turn_scorer
+
+
+def spinning_turn_scorer(*args):
+    score = _turn_scorer(*args)
+
+    def scored(turn):
+        if "SPIN" in turn[1]:  # exponential backtracking, all of it in C
+            re.match(r"(a|aa)+$", "a" * 64 + "b")
+        return score(turn)
+
+    return scored
+
+
+scoring_suites.alignment_turn_scorer = spinning_turn_scorer
+"""
+
+
+def test_score_scores_alignment_turns_under_the_deadline(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(TURN_SPIN_HOOK, encoding="utf-8")
+    monkeypatch.setenv("PYTHONPATH", f"{hook}:{ROOT}")
+    lines = (EXAMPLES / "alignment" / "sessions.jsonl").read_text(encoding="utf-8").splitlines()
+    rows = [orjson.loads(line) for line in lines[:4]]
+    assert [row["role"] for row in rows] == ["user", "assistant", "user", "assistant"]
+    rows[3]["text"] = "SPIN " + rows[3]["text"]
+    path = tmp_path / "turns.jsonl"
+    path.write_bytes(b"\n".join(orjson.dumps(row) for row in rows) + b"\n")
+    config = write_config_file(tmp_path, {"limits": {"scoring_deadline": "1s"}})
+    code, out, err = run_scorestream(
+        ["score", str(path), "--suite", "alignment", "--format", "json", "--config", config]
+    )
+    assert code == 3, err
+    assert f"{path}:4: text: scoring took longer than limits.scoring_deadline (1 s)" in err
+    report = orjson.loads(out)
+    (session,) = report["sessions"]
+    assert session["turns"] == 1  # the other assistant turn is scored, the session too
+    assert [turn["turn_index"] for turn in report["turns"]] == [1]

@@ -9,7 +9,7 @@ from typing import Any
 from aiokafka import TopicPartition
 from aiokafka.errors import IllegalStateError
 
-from worker.stream.seek_guard import guard_seek
+from worker.stream.faust_patches.seek_guard import guard_seek
 
 
 class FakeConsumer:
@@ -19,9 +19,6 @@ class FakeConsumer:
         self.calls: list[Any] = []
         self.committed = committed
         self.app = SimpleNamespace(conf=SimpleNamespace(consumer_auto_offset_reset=reset))
-        self._thread = SimpleNamespace(
-            earliest_offsets=self._earliest_offsets, seek_wait=self._seek_wait
-        )
         self.assigned: set[TopicPartition] = set(committed)
         self.seek_error: Exception | None = None
 
@@ -35,10 +32,10 @@ class FakeConsumer:
         self.calls.append("seek_to_committed")
         return self.committed
 
-    async def _earliest_offsets(self, *partitions: TopicPartition) -> dict[TopicPartition, int]:
+    async def earliest_offsets(self, *partitions: TopicPartition) -> dict[TopicPartition, int]:
         return {tp: 5 * tp.partition for tp in partitions}  # retention deleted some
 
-    async def _seek_wait(self, positions: dict[TopicPartition, int]) -> None:
+    async def seek_wait(self, positions: dict[TopicPartition, int]) -> None:
         self.calls.append(("seek", positions))
         if self.seek_error is not None:
             raise self.seek_error

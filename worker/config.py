@@ -209,7 +209,7 @@ class StreamSettings(Section):
     producer_linger: NonNegativeDuration = 0.0
     # How long a fetch may wait on the broker for data (None: Faust's 1.5 s). Apache Kafka
     # answers as soon as data arrives; Tansu only late in the wait, so the embedded broker
-    # uses 0.1 s (see worker/stream/fetch_wait.py).
+    # uses 0.1 s (see worker/stream/faust_patches/fetch_wait.py).
     fetch_max_wait: Duration | None = None
     # Table recovery asks a fetch for the end of each changelog partition instead of
     # trusting ListOffsets (wrong on the embedded Tansu broker after batched produces).

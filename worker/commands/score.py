@@ -8,8 +8,10 @@ suite than `--suite` (the report of the other rows is still written; each row is
 stderr as `FILE:LINE: field: reason`).
 
 Rows get the stream's intake limits (`limits.*`) and its deadline: each case of a suite
-scored case by case is first scored once in the scoring pool (child processes, one per
-core), and a row past `limits.scoring_deadline` is named and left out of the report.
+scored case by case is scored once in the scoring pool (child processes, one per core;
+the batch scorer reuses the result), and a row past `limits.scoring_deadline` is named
+and left out of the report. Alignment turns are scored in the pool too, after the
+embedding, each under the deadline: a turn past it is named and left out of its session.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ import json
 import os
 import sys
 from collections.abc import Iterable
+from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -40,9 +44,11 @@ from worker.input.files import (
 from worker.input.records import check_limits
 from worker.input.rejections import SCORING_ERROR, SCORING_TIMEOUT, Rejected
 from worker.input.unknown_fields import NATIVE_ROW_KEYS, unknown_fields
-from worker.scoring_pool import ScoringPool
+from worker.scoring_pool import ScorerFactory, ScoringPool
+from worker.scoring_suites import ALIGNMENT_TURN, alignment_turn_scorer
 from worker.suites import registry
-from worker.suites.base import BatchItem, BatchOptions, BatchReport, BatchScorer
+from worker.suites.alignment.scoring import classifier_from_settings
+from worker.suites.base import BatchItem, BatchOptions, BatchReport, BatchScorer, Scored
 
 PROGRESS_MIN_ROWS = 500  # a progress bar only for files this large, on a terminal
 _SEVERITY = {0: 0, 2: 1, 1: 2, EXIT_ERROR: 3}  # worst wins: 3 > 1 > 2 > 0
@@ -143,7 +149,9 @@ def drop_past_deadline(
 ) -> int:
     """Score every case of the suites scored case by case once in the scoring pool, each
     under `limits.scoring_deadline`, and drop the rows past it (or whose scorer failed),
-    each named on stderr; how many were dropped. The rest cannot hang the report."""
+    each named on stderr; how many were dropped. The rest cannot hang the report, and
+    carry their result (`BatchItem.scored`) so that the batch scorer does not score
+    them again."""
     cases = [
         (suite, item)
         for suite, items in batches.items()
@@ -155,17 +163,75 @@ def drop_past_deadline(
     pool.start()  # a scorer that cannot be prepared: RuntimeError, not a verdict per row
     outcomes = pool.score_blocking([(suite, item.payload, 0) for suite, item in cases])
     dropped: set[int] = set()
+    results: dict[int, Scored] = {}
     for (_, item), outcome in zip(cases, outcomes, strict=True):
         if outcome.reason in (SCORING_TIMEOUT, SCORING_ERROR):
             errors.print(
                 f"{item.source}: payload: {outcome.message}", highlight=False, markup=False
             )
             dropped.add(id(item))
+        elif isinstance(outcome.scored, Scored):
+            results[id(item)] = outcome.scored
     for suite in list(batches):
-        batches[suite] = [item for item in batches[suite] if id(item) not in dropped]
+        batches[suite] = [
+            replace(item, scored=results.get(id(item)))
+            for item in batches[suite]
+            if id(item) not in dropped
+        ]
         if not batches[suite]:
             del batches[suite]
     return len(dropped)
+
+
+class DeadlineTurns:
+    """Scores alignment turns for the alignment batch scorer in the scoring pool, each
+    under `limits.scoring_deadline` (as the worker's session stage does); a turn past
+    it is named on stderr and left out of its session."""
+
+    def __init__(self, settings: Settings, scorer: Any, errors: Console) -> None:
+        self.settings = settings
+        self.scorer = scorer  # an AlignmentBatchScorer: personas embedded in its catalog
+        self.errors = errors
+        self.rejected = 0
+        self.pool: ScoringPool | None = None
+
+    def __call__(self, turns: list[tuple[str, str, Any]], sources: list[str]) -> list[Any]:
+        if not turns:
+            return []
+        if self.pool is None:
+            self.pool = ScoringPool(
+                self.settings,
+                factories=self._factories(),
+                processes=os.cpu_count() or 1,
+                start_method="fork",
+            )
+        outcomes = self.pool.score_blocking(
+            [(ALIGNMENT_TURN, turn, len(turn[1])) for turn in turns]
+        )
+        scored: list[Any] = []
+        for outcome, source in zip(outcomes, sources, strict=True):
+            if outcome.reason is None:
+                scored.append(outcome.scored)
+                continue
+            self.errors.print(f"{source}: text: {outcome.message}", highlight=False, markup=False)
+            self.rejected += 1
+            scored.append(outcome.message)
+        return scored
+
+    def _factories(self) -> dict[str, ScorerFactory]:
+        """The worker's alignment turn scorer, with the personas' example vectors and
+        trait classifiers from the batch scorer's catalog."""
+        catalog = self.scorer.catalog
+        personas = {persona_id: catalog.get(persona_id) for persona_id in catalog.ids()}
+        vectors = {pid: persona.example_vectors for pid, persona in personas.items()}
+        classifiers = {pid: persona.trait_classifier for pid, persona in personas.items()}
+        safety = classifier_from_settings(self.settings)
+        return {ALIGNMENT_TURN: partial(alignment_turn_scorer, vectors, classifiers, safety)}
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.close()
+            self.pool = None
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -303,15 +369,29 @@ def run_score(args: argparse.Namespace) -> int:
 
     codes: list[int] = [EXIT_ERROR] if scorers.unavailable else []
     reports: dict[str, BatchReport] = {}
-    for suite, items in batches.items():
-        try:
-            report = scorers.get(suite).score(items)
-        except Exception as exc:  # a scorer bug must not look like a verdict
-            errors.print(f"scorestream score: {suite}: scoring failed: {exc!r}", markup=False)
-            codes.append(EXIT_ERROR)
-            continue
-        reports[suite] = report
-        codes.append(report.exit_code())
+    turns = DeadlineTurns(settings, None, errors)
+    try:
+        for suite, items in batches.items():
+            scorer = scorers.get(suite)
+            if hasattr(scorer, "turn_scorer"):  # alignment: turns under the deadline
+                turns.scorer = scorer
+                scorer.turn_scorer = turns
+            try:
+                report = scorer.score(items)
+            except Exception as exc:  # a scorer bug must not look like a verdict
+                errors.print(f"scorestream score: {suite}: scoring failed: {exc!r}", markup=False)
+                codes.append(EXIT_ERROR)
+                continue
+            reports[suite] = report
+            codes.append(report.exit_code())
+    finally:
+        turns.close()
+    if turns.rejected:
+        noun = "turn" if turns.rejected == 1 else "turns"
+        errors.print(
+            f"scorestream score: {turns.rejected} {noun} could not be scored", markup=False
+        )
+        rejected += turns.rejected
 
     out = Console(width=None if sys.stdout.isatty() else 200)
     try:

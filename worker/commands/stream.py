@@ -73,7 +73,9 @@ def run_worker(args: argparse.Namespace) -> int:
     from worker.ops.lag import watch_worker
     from worker.ops.topic_watch import install_topic_watch
     from worker.stream import ScorestreamApp
+    from worker.stream.faust_patches import check
 
+    check()  # the Faust libraries its patches were tested with, before anything connects
     settings = settings_for(args)
     broker = broker_of(settings)
     asyncio.run(provision_topics(settings, broker, settings.stream.partitions))

@@ -96,9 +96,11 @@ class Demo:
         from worker.ops.lag import watch_worker
         from worker.scoring_suites import ScoringSuites
         from worker.stream import ScorestreamApp
+        from worker.stream.faust_patches import check
 
         settings = self.settings
         say = self.screen.say
+        check()  # the Faust libraries its patches were tested with (exit 3 otherwise)
         say("creating topics")
         await create_topics(
             self.broker.url, topic_names(settings.topics), settings.stream.partitions

@@ -13,6 +13,7 @@ from typing import Any
 
 from worker.config import Settings
 from worker.ops.telemetry import Telemetry
+from worker.stream.faust_patches.internals import stream_offsets
 
 log = logging.getLogger("scorestream.lag")
 
@@ -51,8 +52,7 @@ async def sample_lags(consumer: Any, topic: str) -> dict[int, int]:
     if not assigned:
         return {}
     ends = await consumer.highwaters(*assigned)
-    committed = consumer._committed_offset  # next offset after the processed ones, per TP
-    read = consumer._read_offset  # last offset handed to the stream, per TP
+    committed, read = stream_offsets(consumer)
     next_offsets: dict[int, int | None] = {}
     unread = []
     for tp in assigned:

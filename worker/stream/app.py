@@ -28,25 +28,19 @@ from typing import Any
 import faust
 from prometheus_client import Counter
 
-from topics.provision import bootstrap_servers
 from worker.config import Settings
-from worker.ops.kafka_security import aiokafka_options, faust_options, internal_topic_configs
+from worker.ops.kafka_security import faust_options, internal_topic_configs
 from worker.ops.telemetry import Telemetry, scorestream_version
 from worker.otlp.mapping import OtlpSource
 from worker.otlp.sink import DROP_REASONS, EvaluationSink
 from worker.scoring_suites import ScoringSuites
-from worker.stream.changelog_ends import exact_highwaters
-from worker.stream.commit_bound import bound_commits
+from worker.stream import faust_patches
 from worker.stream.context import StreamContext
 from worker.stream.durable_table import durable_table
-from worker.stream.eager_delivery import deliver_eagerly
-from worker.stream.fetch_wait import set_fetch_max_wait
-from worker.stream.lean_monitor import LeanMonitor
 from worker.stream.otlp_source import OtlpSourceStage
 from worker.stream.partitioner import partition_for_key
 from worker.stream.publish import Folding, Publisher, StreamTopics
 from worker.stream.scoring import ScoreStage
-from worker.stream.seek_guard import guard_seek
 from worker.stream.sessions import SessionStage
 from worker.stream.windows import WindowStage, gate_windows
 from worker.suites.alignment.judge_client import SafetyJudge
@@ -111,7 +105,7 @@ class ScorestreamApp:
         app_id = settings.app_id
         partitions = settings.stream.partitions
         options = faust_settings(settings, broker)
-        self.app = app = faust.App(app_id, monitor=LeanMonitor(), **options)
+        self.app = app = faust.App(app_id, **options)
         names = settings.topics
         internal = internal_topic_configs(settings)
         self.topics = StreamTopics(
@@ -172,25 +166,12 @@ class ScorestreamApp:
         app.agent(self.topics.input, name="score")(self.scoring.agent)
         app.agent(self.topics.turns, name="sessions")(self.session_stage.agent)
         app.agent(self.topics.aggregate_input, name="windows")(self.window_stage.agent)
-        streams = [self.topics.input, self.topics.turns, self.topics.aggregate_input]
         self.otlp_topic = self._add_otlp_source(context)
-        if self.otlp_topic is not None:
-            streams.append(self.otlp_topic)
         self.evaluations = self._add_evaluation_sink()
         app.timer(settings.stream.tick_interval)(self._tick)
         app.timer(settings.aggregate_emit_interval)(self._emit_interim)
         app.on_startup_finished = self._on_ready
-        if settings.stream.exact_changelog_ends:
-            consumer = app.consumer
-            consumer.highwaters = exact_highwaters(  # type: ignore[method-assign,assignment]
-                consumer.highwaters, bootstrap_servers(broker), aiokafka_options(settings)
-            )
-        guard_seek(app.consumer, {topic.get_topic_name() for topic in streams})
-        deliver_eagerly(app.consumer)
-        # A commit slower than a rebalance may take would cost the group membership anyway.
-        bound_commits(app.consumer, settings.stream.rebalance_timeout)
-        if settings.stream.fetch_max_wait is not None:
-            set_fetch_max_wait(app.consumer, settings.stream.fetch_max_wait)
+        faust_patches.install(app, settings)  # after the agents: the seek guard reads them
         app.on_partitions_revoked.connect(self._on_revoked)
         app.on_rebalance_complete.connect(self._on_recovered)
 

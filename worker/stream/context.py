@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import weakref
 from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -19,6 +18,7 @@ from worker.input.records import SourcePosition
 from worker.ops.telemetry import Telemetry
 from worker.scoring_pool import ScoringPool
 from worker.scoring_suites import ScoringSuites
+from worker.stream.faust_patches.internals import current_event
 from worker.stream.publish import Publisher
 
 log = logging.getLogger("scorestream")
@@ -58,13 +58,8 @@ def event_context(event: EventT) -> Iterator[None]:
     which may belong to another partition; table changelog writes must follow the event
     that caused them.
     """
-    from faust.streams import _current_event
-
-    token = _current_event.set(weakref.ref(event))
-    try:
+    with current_event(event):
         yield
-    finally:
-        _current_event.reset(token)
 
 
 def source_position(event: EventT) -> SourcePosition:

@@ -24,7 +24,8 @@ from worker.config import Settings
 from worker.input import records as input_records
 from worker.ops.telemetry import Telemetry
 from worker.otlp.sink import EvaluationSink
-from worker.stream.record_batches import send_batches
+from worker.stream.faust_patches.internals import kafka_producer
+from worker.stream.faust_patches.record_batches import send_batches
 from worker.suites.base import Scored, SuiteAggregator
 from worker.windowing.pane_folds import PaneFold
 from worker.windowing.watermark import Marker
@@ -204,7 +205,7 @@ class Publisher:
     async def send_records(self, topic: TopicT, records: Sequence[tuple[bytes, bytes]]) -> None:
         """Produce records already checked with `check_size`, in order, as one record
         batch per partition (`record_batches`)."""
-        producer = topic.app.producer._ensure_producer()  # type: ignore[attr-defined]
+        producer = kafka_producer(topic.app.producer)
         await send_batches(producer, topic.get_topic_name(), records)
 
     async def result(

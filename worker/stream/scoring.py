@@ -27,6 +27,7 @@ from worker.stream.context import (
     run_to_completion,
     source_position,
 )
+from worker.stream.faust_patches.internals import kafka_consumer
 from worker.stream.inflight import InflightGuard
 from worker.stream.publish import Contributions, Folding, OutputTooLarge
 from worker.windowing.watermark import Marker, PartitionClock
@@ -399,8 +400,7 @@ class ScoreStage:
         """Partitions of `topic` from the consumer's cluster metadata (Faust's own answer
         is None on a worker that joined a group whose assignment it did not compute)."""
         try:
-            client = self.app.consumer._thread._ensure_consumer()._client  # type: ignore[attr-defined]
-            partitions = client.cluster.partitions_for_topic(topic)
+            partitions = kafka_consumer(self.app.consumer).partitions_for_topic(topic)
         except Exception:
             log.debug("no metadata for %s yet", topic, exc_info=True)
             return None

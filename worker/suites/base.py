@@ -71,6 +71,9 @@ class BatchItem:
     labels: Mapping[str, str] = field(default_factory=dict)
     source: str = ""  # "file:line", for messages
     unknown_fields: tuple[str, ...] = ()  # payload keys no model field reads
+    # The case scorer's result when the `score` command already scored the row (under
+    # the deadline): a batch scorer uses it instead of scoring the row again.
+    scored: Scored | None = None
 
 
 class BatchReport(Protocol):

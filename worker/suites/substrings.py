@@ -4,9 +4,10 @@
 256 KiB source took seconds. An Aho-Corasick automaton of the needles (`pyahocorasick`,
 in C) reads the text once. It reports every match, so needles that are suffixes of one
 another ("a", "aa", "aaa", ... against "aaaa...") could report text x needles matches:
-past a budget of reports the search switches to a suffix automaton of the text, built
-in time linear in the text, on which each needle is looked up in time linear in its
-length.
+past a budget of reports the automaton is rebuilt without the needles already found and
+the search goes on from there (a few times), then switches to a suffix automaton of the
+text, built in time linear in the text (in Python: slower), on which each needle is
+looked up in time linear in its length.
 """
 
 from __future__ import annotations
@@ -15,10 +16,12 @@ from collections.abc import Iterable, Sequence
 
 import ahocorasick
 
-# Matches reported per text character (plus a constant) before the suffix automaton takes
-# over: ordinary inputs report about one match per needle occurrence.
-_REPORTS_PER_CHARACTER = 1
+# Matches reported per text character (plus a constant) before the automaton is rebuilt
+# without the needles found: ordinary inputs report about one match per needle occurrence.
+_REPORTS_PER_CHARACTER = 0.25
 _REPORTS_FLOOR = 4096
+# Automatons rebuilt without the needles already found before the suffix automaton.
+_REBUILDS = 4
 # Up to this many needle x text characters, `str.__contains__` (fast C) is the cheapest.
 _DIRECT_SCAN_BUDGET = 1 << 20
 
@@ -29,20 +32,36 @@ def occurring(needles: Iterable[str], text: str) -> set[str]:
     if len(distinct) * len(text) <= _DIRECT_SCAN_BUDGET:
         return {needle for needle in distinct if needle in text}
     found: set[str] = {needle for needle in distinct if not needle}
-    if len(found) == len(distinct):
-        return found
-    automaton = ahocorasick.Automaton(ahocorasick.STORE_ANY, ahocorasick.KEY_STRING)
-    for needle in distinct - found:
-        automaton.add_word(needle, needle)
-    automaton.make_automaton()
-    budget = _REPORTS_PER_CHARACTER * len(text) + _REPORTS_FLOOR
-    for _end, needle in automaton.iter(text):
-        found.add(needle)
-        budget -= 1
-        if budget <= 0:
-            suffixes = SuffixAutomaton(text)
-            return {needle for needle in distinct if suffixes.contains(needle)}
-    return found
+    pending = distinct - found
+    start = 0
+    for _ in range(_REBUILDS + 1):
+        if not pending:
+            return found
+        automaton = ahocorasick.Automaton(ahocorasick.STORE_ANY, ahocorasick.KEY_STRING)
+        for needle in pending:
+            automaton.add_word(needle, needle)
+        automaton.make_automaton()
+        budget = int(_REPORTS_PER_CHARACTER * len(text)) + _REPORTS_FLOOR
+        missing = len(pending)
+        stopped_at = None
+        for end, needle in automaton.iter(text, start):
+            if needle not in found:
+                found.add(needle)
+                missing -= 1
+                if not missing:
+                    return found
+            budget -= 1
+            if budget <= 0:
+                stopped_at = end
+                break
+        if stopped_at is None:
+            return found
+        # Every match ending before `stopped_at` was reported: go on with the needles not
+        # found yet, from where a match ending there or later can start.
+        pending -= found
+        start = max(0, stopped_at - max(map(len, pending), default=0) + 1)
+    suffixes = SuffixAutomaton(text)
+    return found | {needle for needle in pending if suffixes.contains(needle)}
 
 
 def separator_for(needles: Iterable[str]) -> str:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from worker.config import WindowConfig
 from worker.demo.retime import rfc3339
+from worker.windowing.lateness import LatenessPolicy
 from worker.windowing.windows import window_ends
 
 LOG_INTERVAL = 10.0  # seconds of wall time between two lines of one suite
@@ -49,11 +50,14 @@ def closed_window(
     `event_time`, or None when every window containing it is still open."""
     if watermark is None:
         return None
+    lateness = LatenessPolicy(grace)
     for config in configs:
         oldest_end, _newest_end = window_ends(event_time, config)
-        if watermark >= oldest_end + grace:
+        if lateness.is_closed(oldest_end, watermark):
             start = oldest_end - float(config.size)
-            return ClosedWindow(config, start, oldest_end, oldest_end + grace, watermark)
+            return ClosedWindow(
+                config, start, oldest_end, lateness.closes_at(oldest_end), watermark
+            )
     return None
 
 

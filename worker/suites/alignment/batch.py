@@ -10,6 +10,7 @@ pure functions the streaming worker uses.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -29,6 +30,7 @@ from worker.suites.alignment.safety_files import patterns_from_settings
 from worker.suites.alignment.scoring import (
     SESSION_METRICS,
     SessionState,
+    TurnScore,
     score_session,
     score_turn,
     session_transcript,
@@ -37,6 +39,10 @@ from worker.suites.base import BatchItem, BatchOptions, Scored
 
 if TYPE_CHECKING:
     from worker.config import Settings
+
+# (persona_id, text, sentence vector) of each turn and its "file:line" -> a score, or
+# the reason it has none, per turn.
+TurnScorer = Callable[[list[tuple[str, str, Any]], list[str]], Sequence["TurnScore | str"]]
 
 
 class AlignmentTurnRow(PayloadModel):
@@ -95,6 +101,9 @@ class AlignmentBatchScorer:
         self.embedder: Embedder = embedder or embedder_from_settings(settings)
         self.catalog = PersonaCatalog(personas_from_settings(settings), self.embedder)
         self.patterns = patterns_from_settings(settings)
+        # Scores the turns elsewhere (the `score` command: in the scoring pool, each under
+        # `limits.scoring_deadline`); a text in place of a score is why a turn has none.
+        self.turn_scorer: TurnScorer | None = None
 
     def native_payload(self, row: dict[str, Any]) -> AlignmentTurnRow:
         payload = AlignmentTurnRow.model_validate(row)
@@ -169,13 +178,15 @@ class AlignmentBatchScorer:
         drafts = self._collect(items, errors)
         ordered = [(draft, index) for draft in drafts.values() for index in sorted(draft.assistant)]
         vectors = self.embedder.encode([draft.assistant[index].text for draft, index in ordered])
+        scored_turns = self._score_turns(ordered, vectors)
         states: dict[str, SessionState] = {}
         turns: list[dict[str, Any]] = []
-        for (draft, index), vector in zip(ordered, vectors, strict=True):
-            persona = self.catalog.get(draft.persona_id)
+        for (draft, index), vector, scored in zip(ordered, vectors, scored_turns, strict=True):
             turn = draft.assistant[index]
+            if isinstance(scored, str):
+                errors.append({"source": turn.source, "id": turn.item_id, "message": scored})
+                continue
             user = turn.user or draft.user_before(index)
-            scored = score_turn(turn.text, persona, vector, self.settings, self.patterns)
             state = states.get(draft.session_id)
             if state is None:
                 state = SessionState.new(draft.session_id, draft.persona_id, self.settings)
@@ -213,6 +224,28 @@ class AlignmentBatchScorer:
             figures=aggregator.figures(figures_state),
             judge=judge_stats.to_json() if judge_stats else None,
         )
+
+    def _score_turns(
+        self, ordered: list[tuple[_SessionDraft, int]], vectors: Any
+    ) -> Sequence[TurnScore | str]:
+        if self.turn_scorer is not None:
+            return self.turn_scorer(
+                [
+                    (draft.persona_id, draft.assistant[index].text, vector)
+                    for (draft, index), vector in zip(ordered, vectors, strict=True)
+                ],
+                [draft.assistant[index].source for draft, index in ordered],
+            )
+        return [
+            score_turn(
+                draft.assistant[index].text,
+                self.catalog.get(draft.persona_id),
+                vector,
+                self.settings,
+                self.patterns,
+            )
+            for (draft, index), vector in zip(ordered, vectors, strict=True)
+        ]
 
     @staticmethod
     def _session_entry(draft: _SessionDraft, state: SessionState, result: Scored) -> dict:

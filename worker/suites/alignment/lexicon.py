@@ -12,6 +12,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from worker.suites.literal_prefilter import LiteralPrefilter
+
 AVOIDED_PENALTY_PER_OCCURRENCE = 0.1
 
 
@@ -45,18 +47,28 @@ class Lexicon:
         self.avoided = tuple(avoided)
         self._preferred = [(term, term_pattern(term)) for term in self.preferred]
         self._avoided = [(term, term_pattern(term)) for term in self.avoided]
+        # each term is tried only where its first word occurs (`literal_prefilter`)
+        self._terms = LiteralPrefilter([pattern for _, pattern in self._preferred + self._avoided])
 
     @property
     def is_empty(self) -> bool:
         return not self.preferred and not self.avoided
 
     def score(self, text: str) -> LexiconResult:
-        found = [term for term, pattern in self._preferred if pattern.search(text)]
+        hits_per_term = self._terms.finditer_all(text)
+        preferred_hits = hits_per_term[: len(self._preferred)]
+        found = [
+            term
+            for (term, _), hits in zip(self._preferred, preferred_hits, strict=True)
+            if next(hits, None) is not None
+        ]
         avoided: dict[str, int] = {}
-        for term, pattern in self._avoided:
-            hits = len(pattern.findall(text))
-            if hits:
-                avoided[term] = hits
+        for (term, _), hits in zip(
+            self._avoided, hits_per_term[len(self._preferred) :], strict=True
+        ):
+            count = sum(1 for _ in hits)
+            if count:
+                avoided[term] = count
         preferred_score = len(found) / len(self._preferred) if self._preferred else 1.0
         penalty = AVOIDED_PENALTY_PER_OCCURRENCE * sum(avoided.values())
         value = min(1.0, max(0.0, preferred_score - penalty))

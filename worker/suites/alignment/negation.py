@@ -101,35 +101,55 @@ _SPACE = re.compile(r"\s")
 
 class NegationScope:
     """The clause breaks of one text, found in one pass; then each match's check reads a
-    bounded stretch before it (`SPAN_CHARS`), never the whole text again."""
+    bounded stretch before it (`SPAN_CHARS`), never the whole text again. The verdicts
+    are remembered by that stretch, so a reply repeating one sentence is checked once
+    per distinct stretch, not once per match."""
 
     def __init__(self, text: str, span_words: int = SPAN_WORDS) -> None:
         self.text = text
         self.span_words = span_words
         self._break_ends = [hit.end() for hit in _CLAUSE_BREAK.finditer(text)]
+        self._verdicts: dict[tuple[bool, str], bool] = {}
+
+    def _stretch(self, start: int) -> tuple[bool, str]:
+        """(whether its first word is cut by the `SPAN_CHARS` limit, the text before
+        `start` in the same clause, at most `SPAN_CHARS` characters)."""
+        index = bisect_right(self._break_ends, start) - 1
+        clause_start = self._break_ends[index] if index >= 0 else 0
+        low = max(clause_start, start - SPAN_CHARS)
+        cut = low > clause_start and not self.text[low - 1].isspace()
+        return cut, self.text[low:start]
 
     def clause_before(self, start: int) -> str:
         """The text before `start` in the same clause: at most `span_words` words taken
         from at most `SPAN_CHARS` characters (a word cut by that limit is left out)."""
         if not self.span_words:
             return ""
-        index = bisect_right(self._break_ends, start) - 1
-        clause_start = self._break_ends[index] if index >= 0 else 0
-        low = max(clause_start, start - SPAN_CHARS)
-        before = self.text[low:start]
-        if low > clause_start and not self.text[low - 1].isspace():
-            cut = _SPACE.search(before)  # drop the word the limit cut through
-            before = before[cut.start() :] if cut else ""
+        return self._words(*self._stretch(start))
+
+    def _words(self, cut: bool, before: str) -> str:
+        if cut:
+            space = _SPACE.search(before)  # drop the word the limit cut through
+            before = before[space.start() :] if space else ""
         words = _WORD.findall(before)
         return " ".join(words[-self.span_words :])
 
     def protects(self, start: int) -> bool:
         """Whether the match at `start` is negated or prohibited by the words before it."""
-        window = self.clause_before(start)
-        for negation in _NEGATION.finditer(window):
-            if not _ENCOURAGEMENT.match(window, negation.end()):
-                return True
-        return False
+        if not self.span_words:
+            return False
+        stretch = self._stretch(start)
+        verdict = self._verdicts.get(stretch)
+        if verdict is None:
+            verdict = self._verdicts[stretch] = _negates(self._words(*stretch))
+        return verdict
+
+
+def _negates(window: str) -> bool:
+    for negation in _NEGATION.finditer(window):
+        if not _ENCOURAGEMENT.match(window, negation.end()):
+            return True
+    return False
 
 
 def clause_before(text: str, start: int, span_words: int = SPAN_WORDS) -> str:

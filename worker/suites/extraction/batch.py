@@ -42,7 +42,10 @@ class ExtractionBatchScorer:
                     if isinstance(item.payload, ExtractionPayload)
                     else ExtractionPayload.model_validate(item.payload)
                 )
-                scored = with_unknown_fields(score_case(payload, self.context), item.unknown_fields)
+                scored = item.scored or score_case(
+                    payload, self.context
+                )  # scored under the deadline
+                scored = with_unknown_fields(scored, item.unknown_fields)
             except (ValueError, ValidationError) as exc:
                 outcomes.append(
                     CaseOutcome(

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from schemas.envelope import SafePayload
 from worker.input.unknown_fields import with_unknown_fields
-from worker.suites.base import BatchItem, BatchOptions
+from worker.suites.base import BatchItem, BatchOptions, Scored
 from worker.suites.safe.matching import DEFAULT_MATCHER, Matcher
 from worker.suites.safe.render import SafeBatchReport
 from worker.suites.safe.report import ScoredCase
@@ -59,7 +60,7 @@ class SafeBatchScorer:
             payload: SafePayload = item.payload
             if not payload.test_id:
                 payload = payload.model_copy(update={"test_id": item.id})
-            scored = score_case(payload, self.settings, self.strict_ah, self.matcher)
+            scored = self._scored(item, payload)
             scored = with_unknown_fields(scored, item.unknown_fields)
             cases.append(
                 ScoredCase(
@@ -77,6 +78,17 @@ class SafeBatchScorer:
             concern=self.concern,
             strict_ah=self.strict_ah,
         )
+
+    def _scored(self, item: BatchItem, payload: SafePayload) -> Scored:
+        """The case's score: the one the `score` command's deadline check made (with the
+        suite's settings and matcher, as here), else scored now."""
+        same_scorer = self.strict_ah == self.settings.strict_ah and self.matcher is DEFAULT_MATCHER
+        if item.scored is None or not same_scorer:
+            return score_case(payload, self.settings, self.strict_ah, self.matcher)
+        if payload.test_id == item.payload.test_id:
+            return item.scored
+        # scored before the row's id stood in for its missing test_id
+        return replace(item.scored, details={**item.scored.details, "test_id": payload.test_id})
 
 
 def make_batch_scorer(

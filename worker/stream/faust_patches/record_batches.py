@@ -6,6 +6,12 @@ partitioner call and an accumulator append each); appending the records to a
 Records keep their order within a partition, the producer's partitioner picks the
 partition, and the batches go through the producer's accumulator, so a flush of the
 producer (Faust's, before it commits input offsets) waits for them too.
+
+Reads, patches nothing: aiokafka's private `AIOKafkaProducer._partition` (the producer's
+own partitioner over its metadata; aiokafka's public batch API leaves the partition to
+the caller). `partitions_for` fetches the topic's metadata first.
+Upstream: aio-libs/aiokafka#216 asked for direct batch access (it gave `create_batch` and
+`send_batch`, without partitioning); no issue found for a public partitioner.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ async def send_batches(producer: Any, topic: str, records: Sequence[tuple[bytes,
     """Produce `(key, value)` records to `topic` through a started `AIOKafkaProducer`."""
     if not records:
         return
-    await producer.client._wait_on_metadata(topic)  # the partitions, for the partitioner
+    await producer.partitions_for(topic)  # the topic's metadata, for the partitioner
     builders: dict[int, Any] = {}
     for key, value in records:
         partition = producer._partition(topic, None, None, None, key, value)

@@ -13,6 +13,13 @@ window (Faust resumes the flow right after it empties the queues), and rewinds t
 partitions that have no committed offset to their beginning, as a new consumer with
 `auto_offset_reset: earliest` starts (aiokafka leaves those positions where they are, which
 may be past records that were fetched and dropped).
+
+Patches: the Faust consumer's `seek_to_committed` (in place, on the instance).
+Upstream: no issue found for this case (the fetcher running through the seek of Faust's
+table recovery). Related: faust-streaming/faust#216 (recovery without tables resumed the
+flow before seeking, so fetched records skipped offsets; fixed in #217 for that path
+only) and faust-streaming/faust#221 (records fetched before a rebalance delivered after
+it).
 """
 
 from __future__ import annotations
@@ -44,13 +51,13 @@ def guard_seek(consumer: Any, stream_topics: Collection[str]) -> None:
                 # To the earliest offset itself, not `seek_to_beginning`: that leaves the
                 # position unset until the fetcher resets it, and Faust's livelock check,
                 # which reads every assigned position, crashes the consumer meanwhile.
-                earliest = await consumer._thread.earliest_offsets(*fresh)
+                earliest = await consumer.earliest_offsets(*fresh)
                 # A rebalance may have taken partitions away meanwhile (a member joining):
                 # seek only those still assigned; the next assignment seeks the others.
                 assigned = consumer.assignment()
                 targets = {tp: earliest.get(tp, 0) for tp in fresh if tp in assigned}
                 try:
-                    await consumer._thread.seek_wait(targets)
+                    await consumer.seek_wait(targets)
                 except IllegalStateError as exc:
                     log.info("rewind skipped, the assignment changed during it: %s", exc)
         return committed

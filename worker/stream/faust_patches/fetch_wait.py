@@ -7,6 +7,13 @@ consumer of 8 partitions, a record produced while a fetch waited arrived 480 ms 
 1.5 s, 110 ms at 0.5 s and 10 ms at 0.1 s. Every hop between two stages (score ->
 windows, score -> sessions -> windows) pays that, so on Tansu the windows counted a burst
 up to 2 s after it was scored.
+
+Patches: `_create_consumer` of Faust's consumer thread (in place, on the instance), and
+aiokafka's `AIOKafkaConsumer._fetch_max_wait_ms` on each consumer it creates (read by
+`start`: were it renamed, the setting would do nothing, so the start-up check looks for
+it there).
+Upstream: no issue found (Faust's `AIOKafkaConsumerThread._create_worker_consumer` passes
+`fetch_max_wait_ms=1500` and has no setting for it).
 """
 
 from __future__ import annotations

@@ -9,6 +9,11 @@ SIGKILL). Kafka's own clients bound a commit by a timeout; here a commit that ta
 longer than `timeout` is abandoned as not done, which at-least-once processing allows:
 Faust commits the same offsets again at its next commit, and a record read again after a
 rebalance is counted once by the stages' offset high-waters.
+
+Patches: `_commit` of Faust's consumer thread (in place, on the instance).
+Upstream: aio-libs/aiokafka#1095 (an UnknownTopicOrPartitionError makes
+`GroupCoordinator.commit_offsets` retry for ever; open). Apache Kafka's own consumer
+stopped retrying it before a revocation in KAFKA-16224.
 """
 
 from __future__ import annotations

@@ -8,7 +8,11 @@ again: the new, empty changelog was listed as ending at 149). Faust's table reco
 reads each changelog up to the ListOffsets answer, so a short one loses table state and
 a long one waits forever for records that do not exist. `exact_highwaters` asks as Faust
 does, then fetches the last listed record once and takes the high watermark the fetch
-reports, which is right on both Tansu and Apache Kafka."""
+reports, which is right on both Tansu and Apache Kafka.
+
+Patches: the Faust consumer's `highwaters` (in place, on the instance; with
+`stream.exact_changelog_ends` only). Upstream: no issue found (the fault is the embedded
+Tansu broker's ListOffsets answer; Faust and aiokafka behave as Kafka specifies)."""
 
 from __future__ import annotations
 
