@@ -73,7 +73,13 @@ async def test_a_backlog_behind_the_embedder_shows_in_the_sessions_stage_lag(
     broker: EmbeddedBroker,
 ) -> None:
     config = make_config(
-        alignment={"personas_dir": str(EXAMPLES / "personas"), "session_idle_timeout": "1h"}
+        alignment={
+            "personas_dir": str(EXAMPLES / "personas"),
+            "session_idle_timeout": "1h",
+            # Every turn embedded: a backlog behind the encoder, as a worker that never
+            # samples turns out (or one whose encoder falls behind within max_lag) has.
+            "embedding": {"max_lag": None},
+        }
     )
     settings = settings_of(config)
     await provision(settings, broker.url)
