@@ -232,16 +232,20 @@ def _dirtyjson_loads(text: str) -> Any:
         return _NOT_PARSED
 
 
-# dirtyjson reads token by token in Python (44,000 unquoted keys took 350 ms). Its two
-# commonest liberties, unquoted keys and single-quoted strings, are turned into strict JSON
-# in one regex pass instead, and `json.loads` (in C) reads the result. When that parses,
-# dirtyjson would have read the same value (`"k":` is valid only where dirtyjson reads a
-# key, and strict JSON is a part of its grammar); anything else (comments, hex numbers,
+# dirtyjson reads token by token in Python (44,000 unquoted keys took 350 ms). Its three
+# commonest liberties, unquoted keys, single-quoted strings and a trailing comma after a
+# container's last item (the repairs' own comma fix runs before brackets are closed), are
+# turned into strict JSON in one regex pass instead, and `json.loads` (in C) reads the
+# result. When that parses, dirtyjson would have read the same value (`"k":` is valid only
+# where dirtyjson reads a key, a dropped comma followed an item since "[," is kept, and
+# strict JSON is a part of its grammar); anything else (comments, hex numbers,
 # trailing text, control characters, ...) still goes to dirtyjson.
 _LIBERTIES = re.compile(
     r'"[^"\\]*+(?:\\.[^"\\]*+)*+"?'  # a double-quoted string (unclosed: the rest)
     r"|'(?P<single>[^'\\]*+(?:\\.[^'\\]*+)*+)(?P<closed>'?)"  # a single-quoted one
-    r"|(?<![\w$])(?P<key>[\w$]++)(?=[ \t\n\r]*+:)",  # a word before a colon: a key
+    r"|(?<![\w$])(?P<key>[\w$]++)(?=[ \t\n\r]*+:)"  # a word before a colon: a key
+    r"|[\[{][ \t\n\r]*+,"  # a comma first in a container: kept (dirtyjson fails too)
+    r"|(?P<trailing>,)(?=[ \t\n\r]*+[\]}])",  # a comma before the closing: dropped
     re.DOTALL,
 )
 _SINGLE_QUOTED_ESCAPE = re.compile(r'\\(.)|"', re.DOTALL)
@@ -254,6 +258,8 @@ def _strictly_quoted(match: re.Match[str]) -> str:
     does not parse)."""
     if (key := match.group("key")) is not None:
         return f'"{key}"'
+    if match.group("trailing") is not None:
+        return ""
     single = match.group("single")
     if single is None or not match.group("closed"):
         return match.group(0)
@@ -268,8 +274,8 @@ def _json_escape(match: re.Match[str]) -> str:
 
 
 def _strict_translation(text: str) -> Any:
-    """What dirtyjson reads from `text` when `text` is strict JSON but for unquoted keys
-    and single-quoted strings, else `_NOT_PARSED`."""
+    """What dirtyjson reads from `text` when `text` is strict JSON but for unquoted keys,
+    single-quoted strings and trailing commas, else `_NOT_PARSED`."""
     value = _json_loads(_LIBERTIES.sub(_strictly_quoted, text))
     if value is _NOT_PARSED or not _nested_at_most(value, _TRANSLATED_DEPTH):
         return _NOT_PARSED
