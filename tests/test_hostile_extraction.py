@@ -420,8 +420,9 @@ def test_hallucination_is_the_substring_reference(
 
 _KEYS = st.sampled_from(["k", "$x", "a_1", "é", "1", "true", "'q'", '"d"', "'it\\'s'"])
 _SCALARS = st.sampled_from(
-    ["1", "-2.5e3", "'s'", "'a\"b'", "'\\u00e9\\n'", '"x"', "null", "NaN", "0x1f", "'\\''", "01"]
-)
+    ["1", "-2.5e3", "'s'", "'a\"b'", "'\\u00e9\\n'", '"x"', "null", "NaN", "0x1f", "'\\''", "01",
+     "", " ", ":", "]", "}", "-", "1+", "/*c*/"]  # the last ones: missing or broken values
+)  # fmt: skip
 _SPACES = st.sampled_from(["", " ", "\n", " /*c*/ ", "\t"])
 # Leading and trailing commas (dirtyjson reads a trailing one, fails on a leading one).
 _COMMA = st.sampled_from(["", "", ",", " , ", ",\n", ",,", "/*c*/,"])
@@ -447,6 +448,12 @@ _NOISE = st.text(alphabet="{}[]:,'\"\\ k1$/*", max_size=30)
 def test_the_strict_translation_reads_what_dirtyjson_reads(text: str) -> None:
     translated = parsing._strict_translation(text)
     if translated is parsing._NOT_PARSED:
+        return
+    if translated is parsing._DIRTYJSON_FAILS:
+        with pytest.raises((ValueError, RecursionError)):
+            parsing.dirtyjson_loads(text)
+        with pytest.raises((ValueError, RecursionError)), eval_forbidden():
+            dirtyjson.loads(text)  # the real one too (it fails before any `eval`)
         return
     assert translated == parsing.dirtyjson_loads(text) or (
         json.dumps(translated) == json.dumps(parsing.dirtyjson_loads(text))  # NaN != NaN
@@ -480,6 +487,22 @@ def test_trailing_commas_read_as_dirtyjson_reads_them(text: str, value: object) 
 
 @pytest.mark.parametrize("text", ["[,]", "{ ,}", "[,1]"])
 def test_a_leading_comma_fails_as_in_dirtyjson(text: str) -> None:
-    assert parsing._strict_translation(text) is parsing._NOT_PARSED
+    assert parsing._strict_translation(text) in (parsing._NOT_PARSED, parsing._DIRTYJSON_FAILS)
+    assert parsing._dirtyjson_loads(text) is parsing._NOT_PARSED
     with pytest.raises(dirtyjson.Error):
+        dirtyjson.loads(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "{" + "'k':1," * (256 * 1024 // 6 - 1) + "'k':}",  # cut after a key, brackets closed
+        "{" + "k:1," * (256 * 1024 // 4 - 1) + "k:}",
+        "[" + "1," * (256 * 1024 // 2 - 1) + ":]",
+    ],
+)
+def test_a_missing_value_after_many_items_fails_in_one_pass(text: str) -> None:
+    with mock.patch.object(parsing, "NoEvalLoader", side_effect=AssertionError("slow path")):
+        assert parsing.load_with_repairs(text)[0] is False
+    with pytest.raises(dirtyjson.Error), eval_forbidden():
         dirtyjson.loads(text)

@@ -224,6 +224,8 @@ def dirtyjson_loads(text: str) -> Any:
 
 def _dirtyjson_loads(text: str) -> Any:
     value = _strict_translation(text)
+    if value is _DIRTYJSON_FAILS:
+        return _NOT_PARSED
     if value is not _NOT_PARSED:
         return value
     try:
@@ -273,11 +275,31 @@ def _json_escape(match: re.Match[str]) -> str:
     return "'" if escaped == "'" else "\\" + escaped
 
 
+# The translation's `json.loads` failing with "Expecting value" at one of these decides
+# dirtyjson's failure as well: the strict parser read the text before it as dirtyjson
+# reads it (the translation only quotes keys and strings and drops trailing commas, and
+# nothing before it was a comment, which strict JSON would have stopped at), the spot is
+# inside the first value (after it `json` says "Extra data"), and dirtyjson's `scan`
+# starts no value with these characters. ("{'k':1, ..., 'k':}" cut at the limit.)
+_NEVER_A_VALUE = frozenset("}],:")
+_DIRTYJSON_FAILS = object()
+
+
 def _strict_translation(text: str) -> Any:
     """What dirtyjson reads from `text` when `text` is strict JSON but for unquoted keys,
-    single-quoted strings and trailing commas, else `_NOT_PARSED`."""
-    value = _json_loads(_LIBERTIES.sub(_strictly_quoted, text))
-    if value is _NOT_PARSED or not _nested_at_most(value, _TRANSLATED_DEPTH):
+    single-quoted strings and trailing commas; `_DIRTYJSON_FAILS` when dirtyjson would
+    fail on it for a reason found without it; else `_NOT_PARSED`."""
+    translated = _LIBERTIES.sub(_strictly_quoted, text)
+    try:
+        value = json.loads(translated)
+    except json.JSONDecodeError as error:
+        at = translated[error.pos : error.pos + 1]
+        if error.msg == "Expecting value" and at in _NEVER_A_VALUE:
+            return _DIRTYJSON_FAILS
+        return _NOT_PARSED
+    except (ValueError, RecursionError):
+        return _NOT_PARSED
+    if not _nested_at_most(value, _TRANSLATED_DEPTH):
         return _NOT_PARSED
     return value
 
