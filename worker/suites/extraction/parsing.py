@@ -141,7 +141,12 @@ def fix_unclosed_brackets(text: str) -> str:
 
 def fix_single_quotes(text: str) -> str:
     """`'key':` to `"key":`."""
-    return _SINGLE_QUOTED_KEY.sub(r'"\1":', text)
+    return _SINGLE_QUOTED_KEY.sub(_double_quoted_key, text)
+
+
+def _double_quoted_key(match: re.Match[str]) -> str:
+    # What the template `"\1":` gives, without Python 3.11's per-match template expansion.
+    return f'"{match.group(1)}":'
 
 
 REPAIR_STEPS: tuple[tuple[str, Callable[[str], str]], ...] = (
@@ -258,12 +263,15 @@ _TRANSLATED_DEPTH = 100
 def _strictly_quoted(match: re.Match[str]) -> str:
     """A token of `_LIBERTIES` as strict JSON (an unclosed string is left as it is: it
     does not parse)."""
-    if (key := match.group("key")) is not None:
-        return f'"{key}"'
-    if match.group("trailing") is not None:
+    kind = match.lastgroup
+    if kind is None:  # a double-quoted string, or a comma first in its container
+        return match.group(0)
+    if kind == "key":
+        return f'"{match.group("key")}"'
+    if kind == "trailing":
         return ""
     single = match.group("single")
-    if single is None or not match.group("closed"):
+    if not match.group("closed"):
         return match.group(0)
     return '"' + _SINGLE_QUOTED_ESCAPE.sub(_json_escape, single) + '"'
 
