@@ -247,14 +247,19 @@ def _dirtyjson_loads(text: str) -> Any:
 # where dirtyjson reads a key, a dropped comma followed an item since "[," is kept, and
 # strict JSON is a part of its grammar); anything else (comments, hex numbers,
 # trailing text, control characters, ...) still goes to dirtyjson.
-_LIBERTIES = re.compile(
+_QUOTES_AND_KEYS = (
     r'"[^"\\]*+(?:\\.[^"\\]*+)*+"?'  # a double-quoted string (unclosed: the rest)
     r"|'(?P<single>[^'\\]*+(?:\\.[^'\\]*+)*+)(?P<closed>'?)"  # a single-quoted one
     r"|(?<![\w$])(?P<key>[\w$]++)(?=[ \t\n\r]*+:)"  # a word before a colon: a key
-    r"|[\[{][ \t\n\r]*+,"  # a comma first in a container: kept (dirtyjson fails too)
-    r"|(?P<trailing>,)(?=[ \t\n\r]*+[\]}])",  # a comma before the closing: dropped
-    re.DOTALL,
 )
+_COMMAS = (
+    r"|[\[{][ \t\n\r]*+,"  # a comma first in a container: kept (dirtyjson fails too)
+    r"|(?P<trailing>,)(?=[ \t\n\r]*+[\]}])"  # a comma before the closing: dropped
+)
+_LIBERTIES = re.compile(_QUOTES_AND_KEYS + _COMMAS, re.DOTALL)
+# For a text without commas (the same matches; each alternative costs a try at every
+# bracket of "[{[{...").
+_LIBERTIES_WITHOUT_COMMAS = re.compile(_QUOTES_AND_KEYS, re.DOTALL)
 _SINGLE_QUOTED_ESCAPE = re.compile(r'\\(.)|"', re.DOTALL)
 # A value nested deeper than this is left to dirtyjson, whose recursion limit decides.
 _TRANSLATED_DEPTH = 100
@@ -297,7 +302,8 @@ def _strict_translation(text: str) -> Any:
     """What dirtyjson reads from `text` when `text` is strict JSON but for unquoted keys,
     single-quoted strings and trailing commas; `_DIRTYJSON_FAILS` when dirtyjson would
     fail on it for a reason found without it; else `_NOT_PARSED`."""
-    translated = _LIBERTIES.sub(_strictly_quoted, text)
+    liberties = _LIBERTIES if "," in text else _LIBERTIES_WITHOUT_COMMAS
+    translated = liberties.sub(_strictly_quoted, text)
     try:
         value = json.loads(translated)
     except json.JSONDecodeError as error:
