@@ -68,9 +68,19 @@ def _valid_arguments(event: Any) -> list[tuple[str, str, Any]]:
     return found
 
 
-def strict_triples(events: Iterable[Any]) -> set[Triple]:
-    """The set of `(event_type, role, norm(argument))` with a non-empty normalised argument."""
-    rows = [row for event in events for row in _valid_arguments(event)]
+ArgumentRow = tuple[str, str, Any]
+
+
+def argument_rows(events: Iterable[Any]) -> list[ArgumentRow]:
+    """(event type, role, raw argument) of every valid argument (see `_valid_arguments`),
+    to be shared by `strict_triples` and `relaxed_counts` of the same events."""
+    return [row for event in events for row in _valid_arguments(event)]
+
+
+def strict_triples(events: Iterable[Any], rows: list[ArgumentRow] | None = None) -> set[Triple]:
+    """The set of `(event_type, role, norm(argument))` with a non-empty normalised argument
+    (`rows`: the events' `argument_rows`, when already built)."""
+    rows = argument_rows(events) if rows is None else rows
     normalised = norm_many([value for _, _, value in rows])
     return {
         (t, r, argument) for (t, r, _), argument in zip(rows, normalised, strict=True) if argument
@@ -85,14 +95,16 @@ def relaxed_triples(events: Iterable[Any]) -> list[Triple]:
     return [(event_type, role, text) for event_type, role, text, _ in _relaxed_arguments(events)]
 
 
-def _relaxed_arguments(events: Iterable[Any]) -> list[tuple[str, str, str, str]]:
+def _relaxed_arguments(
+    events: Iterable[Any], rows: list[ArgumentRow] | None = None
+) -> list[tuple[str, str, str, str]]:
     """The relaxed triples, each with its argument's `norm` (computed once)."""
-    rows = [(t, r, argument_text(value).strip()) for event in events
-            for t, r, value in _valid_arguments(event)]  # fmt: skip
-    normalised = norm_many([text for _, _, text in rows])
+    rows = argument_rows(events) if rows is None else rows
+    texts = [(t, r, argument_text(value).strip()) for t, r, value in rows]
+    normalised = norm_many([text for _, _, text in texts])
     return [
         (t, r, text, argument)
-        for (t, r, text), argument in zip(rows, normalised, strict=True)
+        for (t, r, text), argument in zip(texts, normalised, strict=True)
         if argument
     ]
 
@@ -179,12 +191,20 @@ def strict_set_counts(pred_set: set[Triple], gold_set: set[Triple]) -> MatchCoun
     return MatchCounts(len(pred_set & gold_set), len(pred_set), len(gold_set))
 
 
-def relaxed_counts(predicted: list[Any], gold: list[Any], config: RelaxedConfig) -> MatchCounts:
+def relaxed_counts(
+    predicted: list[Any],
+    gold: list[Any],
+    config: RelaxedConfig,
+    rows: tuple[list[ArgumentRow], list[ArgumentRow]] | None = None,
+) -> MatchCounts:
     """Greedy list matching: each predicted triple, in order, takes the first unmatched gold
     triple with the same type and role whose argument matches (`RELAXED_BUDGET` bounds the
-    comparisons of a case)."""
-    pred_list = [(t, r, normalised) for t, r, _, normalised in _relaxed_arguments(predicted)]
-    gold_list = _relaxed_arguments(gold)
+    comparisons of a case). `rows`: the `argument_rows` of both, when already built."""
+    pred_rows, gold_rows = rows if rows is not None else (None, None)
+    pred_list = [
+        (t, r, normalised) for t, r, _, normalised in _relaxed_arguments(predicted, pred_rows)
+    ]
+    gold_list = _relaxed_arguments(gold, gold_rows)
     unmatched: dict[tuple[str, str], list[str]] = {}
     for gold_type, gold_role, _, gold_argument in gold_list:
         unmatched.setdefault((gold_type, gold_role), []).append(gold_argument)

@@ -26,7 +26,9 @@ _SEPARATOR = "\x00"
 def norm_many(values: list[Any]) -> list[str]:
     """`[norm(value) for value in values]`, in three C-level passes over the joined texts
     when they are ASCII (thousands of arguments per case are common)."""
-    texts = ["" if value is None else argument_text(value) for value in values]
+    texts = [
+        value if isinstance(value, str) else "" if value is None else str(value) for value in values
+    ]
     joined = _SEPARATOR.join(texts)
     if not texts or not joined.isascii() or joined.count(_SEPARATOR) != len(texts) - 1:
         return [norm(value) for value in values]
