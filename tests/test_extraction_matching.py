@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from worker.config import RelaxedConfig
 from worker.suites.extraction.matching import (
@@ -16,7 +18,7 @@ from worker.suites.extraction.matching import (
     strict_triples,
     type_counts,
 )
-from worker.suites.extraction.normalize import norm
+from worker.suites.extraction.normalize import norm, norm_many
 
 INCLUDE = RelaxedConfig(match_mode="include_or_char_overlap", char_overlap_threshold=0.5)
 SPAN = RelaxedConfig(match_mode="span_iou", span_iou_threshold=0.5)
@@ -175,3 +177,18 @@ def test_zero_denominators_give_zero(
     tp: int, pred: int, gold: int, expected: tuple[float, float, float]
 ) -> None:
     assert prf(tp, pred, gold) == pytest.approx(expected)
+
+
+@given(
+    st.lists(
+        st.one_of(
+            st.none(),
+            st.integers(),
+            st.text(alphabet="aB \t\n\x00\x85\u3000（），。ΣΑ", max_size=8),
+            st.text(max_size=6),
+        ),
+        max_size=8,
+    )
+)
+def test_norm_many_is_norm_of_each(values: list[object]) -> None:
+    assert norm_many(values) == [norm(value) for value in values]

@@ -420,15 +420,22 @@ def test_hallucination_is_the_substring_reference(
 
 _KEYS = st.sampled_from(["k", "$x", "a_1", "é", "1", "true", "'q'", '"d"', "'it\\'s'"])
 _SCALARS = st.sampled_from(
-    ["1", "-2.5e3", "'s'", "'a\"b'", "'\\u00e9\\n'", '"x"', "null", "NaN", "0x1f", "'\\''", "01"]
-)
+    ["1", "-2.5e3", "'s'", "'a\"b'", "'\\u00e9\\n'", '"x"', "null", "NaN", "0x1f", "'\\''", "01",
+     "", " ", ":", "]", "}", "-", "1+", "/*c*/"]  # the last ones: missing or broken values
+)  # fmt: skip
 _SPACES = st.sampled_from(["", " ", "\n", " /*c*/ ", "\t"])
+# Leading and trailing commas (dirtyjson reads a trailing one, fails on a leading one).
+_COMMA = st.sampled_from(["", "", ",", " , ", ",\n", ",,", "/*c*/,"])
 
 
 def _dirty(children: st.SearchStrategy[str]) -> st.SearchStrategy[str]:
     pairs = st.lists(st.tuples(_KEYS, _SPACES, children), max_size=4)
-    objects = pairs.map(lambda kv: "{" + ",".join(f"{k}{s}:{v}" for k, s, v in kv) + "}")
-    arrays = st.lists(children, max_size=4).map(lambda items: "[" + ", ".join(items) + "]")
+    objects = st.tuples(_COMMA, pairs, _COMMA).map(
+        lambda c: "{" + c[0] + ",".join(f"{k}{s}:{v}" for k, s, v in c[1]) + c[2] + "}"
+    )
+    arrays = st.tuples(_COMMA, st.lists(children, max_size=4), _COMMA).map(
+        lambda c: "[" + c[0] + ", ".join(c[1]) + c[2] + "]"
+    )
     return st.one_of(objects, arrays)
 
 
@@ -442,6 +449,12 @@ def test_the_strict_translation_reads_what_dirtyjson_reads(text: str) -> None:
     translated = parsing._strict_translation(text)
     if translated is parsing._NOT_PARSED:
         return
+    if translated is parsing._DIRTYJSON_FAILS:
+        with pytest.raises((ValueError, RecursionError)):
+            parsing.dirtyjson_loads(text)
+        with pytest.raises((ValueError, RecursionError)), eval_forbidden():
+            dirtyjson.loads(text)  # the real one too (it fails before any `eval`)
+        return
     assert translated == parsing.dirtyjson_loads(text) or (
         json.dumps(translated) == json.dumps(parsing.dirtyjson_loads(text))  # NaN != NaN
     )
@@ -451,3 +464,45 @@ def test_unquoted_keys_to_the_limit_are_read_in_one_pass() -> None:
     text = "{" + "k:1," * (256 * 1024 // 4 - 1) + "k:2}"
     with mock.patch.object(parsing, "NoEvalLoader", side_effect=AssertionError("slow path")):
         assert parsing.load_with_repairs(text)[1] == {"k": 2}
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "{" + "k:1," * (256 * 1024 // 4 - 1) + "}",  # cut unquoted keys, brackets closed
+        "{" + "'k':1," * (256 * 1024 // 6 - 1) + "}",
+        "[" + "1, " * (256 * 1024 // 3 - 1) + "\n]",
+    ],
+)
+def test_a_trailing_comma_after_many_items_is_read_in_one_pass(text: str) -> None:
+    with mock.patch.object(parsing, "NoEvalLoader", side_effect=AssertionError("slow path")):
+        parsed, value, _steps = parsing.load_with_repairs(text)
+    assert parsed and value in ({"k": 1}, [1] * (256 * 1024 // 3 - 1))
+
+
+@pytest.mark.parametrize(("text", "value"), [("[1 ,]", [1]), ("{a: 'b',\n}", {"a": "b"})])
+def test_trailing_commas_read_as_dirtyjson_reads_them(text: str, value: object) -> None:
+    assert parsing._strict_translation(text) == value == parsing.dirtyjson_loads(text)
+
+
+@pytest.mark.parametrize("text", ["[,]", "{ ,}", "[,1]"])
+def test_a_leading_comma_fails_as_in_dirtyjson(text: str) -> None:
+    assert parsing._strict_translation(text) in (parsing._NOT_PARSED, parsing._DIRTYJSON_FAILS)
+    assert parsing._dirtyjson_loads(text) is parsing._NOT_PARSED
+    with pytest.raises(dirtyjson.Error):
+        dirtyjson.loads(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "{" + "'k':1," * (256 * 1024 // 6 - 1) + "'k':}",  # cut after a key, brackets closed
+        "{" + "k:1," * (256 * 1024 // 4 - 1) + "k:}",
+        "[" + "1," * (256 * 1024 // 2 - 1) + ":]",
+    ],
+)
+def test_a_missing_value_after_many_items_fails_in_one_pass(text: str) -> None:
+    with mock.patch.object(parsing, "NoEvalLoader", side_effect=AssertionError("slow path")):
+        assert parsing.load_with_repairs(text)[0] is False
+    with pytest.raises(dirtyjson.Error), eval_forbidden():
+        dirtyjson.loads(text)

@@ -208,3 +208,79 @@ _UNIT_NUMBER_BEFORE = re.compile(r"\b\d+(?:\.\d+)?\s?(?:ms|s|gb|mb|kb|%|x|k|m)\b
 def test_possessive_code_and_unit_cues_match_as_before(text: str) -> None:
     assert traits._CODE.findall(text) == _CODE_BEFORE.findall(text)
     assert traits._UNIT_NUMBER.findall(text) == _UNIT_NUMBER_BEFORE.findall(text)
+
+
+_CODE_TEXT = st.text(
+    alphabet="abZ_19٣.e-(),` %msxKB\n'’ntrvld" + "ſK", max_size=60
+) | st.lists(
+    st.sampled_from(["1.", "1,", "a_b", "x.py", "f()", "aB", "(a, b)", "a.b.c", "2e-3", "5 ms",
+                     "`x`", "can't", "it's", "we're", "I'm", "a'", "is", " "]),
+    max_size=20,
+).map("".join)  # fmt: skip
+
+
+@PROPERTY
+@given(_CODE_TEXT)
+def test_cue_counts_scan_only_what_can_match_and_count_as_before(text: str) -> None:
+    assert traits.code_count(text) == len(_CODE_BEFORE.findall(text))
+    assert traits.unit_number_count(text) == len(_UNIT_NUMBER_BEFORE.findall(text))
+    assert traits.contraction_count(text) == len(traits._CONTRACTION.findall(text))
+
+
+def old_formality_cues(text: str) -> traits.FormalityCues:
+    """`formality_cues` before its per-distinct-word letter count."""
+    words = traits.words_of(text)
+    has_apostrophe = any(mark in text for mark in ("'", "’"))
+    contractions = len(traits._CONTRACTION.findall(text)) if has_apostrophe else 0
+    slang, interjections, formal_phrases, passives = traits._FORMALITY_CUES.count_all(text)
+    casual = 2.0 * slang + 2.0 * len(traits._EMOJI.findall(text))
+    casual += min(text.count("!"), 3) + interjections
+    stripped = text.lstrip()
+    if stripped[:1].isalpha() and stripped[:1].islower():
+        casual += 1.0
+    formal = 1.5 * formal_phrases + passives
+    letters = [len(word) for word in words if word.isalpha()]
+    if letters and sum(letters) / len(letters) >= 5.5:
+        formal += 1.0
+    if len(words) >= 10 and contractions == 0:
+        formal += 1.0
+    return traits.FormalityCues(casual=casual, formal=formal, contractions=contractions)
+
+
+_PROSE = st.lists(
+    st.sampled_from([*_CUE_WORDS, "accordingly", "a", "I", "can't", "12", "x1", "!", " ", ". "]),
+    max_size=40,
+).map(" ".join)
+
+
+@PROPERTY
+@given(_PROSE | _CODE_TEXT)
+def test_formality_cues_are_as_before(text: str) -> None:
+    assert traits.formality_cues(text) == old_formality_cues(text)
+
+
+def test_cues_of_degenerate_digits_and_dots_scan_nothing_that_cannot_match() -> None:
+    text = "1.1." * (LIMIT // 4)
+    assert traits.code_count(text) == 0 and traits.unit_number_count(text) == 0
+    assert traits.code_count("x.py " * 1000) == len(_CODE_BEFORE.findall("x.py " * 1000)) == 1000
+
+
+_PASSIVE_BEFORE = re.compile(
+    r"\b(?:is|are|was|were|be|been|being)\s+(?:\w+ly\s+)?\w+(?:ed|en)\b", re.IGNORECASE
+)
+_ACRONYM_TEXT = st.text(alphabet="ABZ1a \n.\U0001f600\u2764é", max_size=40)
+_PASSIVE_TEXT = st.lists(
+    st.sampled_from(["is", "Was", "been", " ", "  ", "\n", "quickly", "ly", "sent", "ed", "en",
+                     "opened", "x"]),
+    max_size=20,
+).map("".join)  # fmt: skip
+
+
+@PROPERTY
+@given(_ACRONYM_TEXT | _CODE_TEXT, _PASSIVE_TEXT)
+def test_emoji_acronym_and_passive_cues_are_as_before(text: str, passive_text: str) -> None:
+    assert traits.emoji_count(text) == len(traits._EMOJI.findall(text))
+    assert traits.acronyms_of(text) == [
+        a for a in traits._ACRONYM.findall(text) if a not in traits._NOT_ACRONYMS
+    ]
+    assert traits._PASSIVE.findall(passive_text) == _PASSIVE_BEFORE.findall(passive_text)

@@ -37,7 +37,9 @@ Verbosity by word count: `concise` <= 60 words, `balanced` up to 180, `detailed`
 
 from __future__ import annotations
 
+import functools
 import re
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -62,8 +64,9 @@ _CONTRACTION = re.compile(
     re.IGNORECASE,
 )
 _EMOJI = re.compile("[\U0001f300-\U0001faff\u2600-\u27bf\u2b50\u2764]")
+# `\s++`: a word follows, so giving spaces back never helps ("is" + 1,000 spaces).
 _PASSIVE = re.compile(
-    r"\b(?:is|are|was|were|be|been|being)\s+(?:\w+ly\s+)?\w+(?:ed|en)\b", re.IGNORECASE
+    r"\b(?:is|are|was|were|be|been|being)\s++(?:\w+ly\s++)?\w+(?:ed|en)\b", re.IGNORECASE
 )
 
 
@@ -107,17 +110,32 @@ _JARGON = _phrases(
 # Runs are possessive (`++`, `*+`) where what follows a run can never be a character of
 # the run, so that giving characters back cannot help: the same matches, without
 # retrying every shorter run of a long word or digit string.
-_CODE = re.compile(
-    r"`[^`]++`|\b[a-z]++_[a-z0-9_]++\b|\b\w++\.(?:conf|py|json|yaml|yml|sql|js)\b|\b\w++\(\)"
-    r"|\b[a-z]++[A-Z]\w*+\b|\([a-z_]++,\s*+[a-z_]++\)|\b[a-z]++(?:\.[a-z]++){2,}\b"
-    r"|\b\d++(?:\.\d++)?e-?\d++\b",
+# Each alternative with a regex that finds what every match of it contains: alternatives
+# that cannot match anywhere in a text are left out of the scan (the same matches: at
+# every position they would have failed), so a degenerate text full of digits, dots or
+# words is not tried eight ways at every position.
+# (alternative, a character every match has, a regex every match contains)
+_CODE_PARTS = (
+    (r"`[^`]++`", "`", r"`[^`]*`"),
+    (r"\b[a-z]++_[a-z0-9_]++\b", "_", r"[a-z]_"),
+    (r"\b\w++\.(?:conf|py|json|yaml|yml|sql|js)\b", ".", r"\.(?:conf|py|json|yaml|yml|sql|js)"),
+    (r"\b\w++\(\)", "(", r"\(\)"),
+    (r"\b[a-z]++[A-Z]\w*+\b", "", r"[a-z][A-Z]"),
+    (r"\([a-z_]++,\s*+[a-z_]++\)", "(", r"\([a-z_]"),
+    (r"\b[a-z]++(?:\.[a-z]++){2,}\b", ".", r"[a-z]\.[a-z]"),
+    (r"\b\d++(?:\.\d++)?e-?\d++\b", "e", r"\de"),
 )
+_CODE = re.compile("|".join(part for part, _, _ in _CODE_PARTS))
+_CODE_NEEDS = tuple((char, re.compile(needed)) for _, char, needed in _CODE_PARTS)
 _UNIT_NUMBER = re.compile(r"\b\d++(?:\.\d++)?\s?(?:ms|s|gb|mb|kb|%|x|k|m)\b", re.IGNORECASE)
+_UNIT_NEEDS = re.compile(r"\d\s?[smgkx%]", re.IGNORECASE)
+_CONTRACTION_NEEDS = re.compile(r"n['’]t|['’](?:re|ve|ll|d|m|s)", re.IGNORECASE)
 # A bare number: `(?<![\w.])\d+(?:[.,]\d+)?(?![\w.]*[A-Za-z])`. Written with possessive
 # digit runs so that a failed lookahead is not retried at every shorter run (quadratic on a
 # long digit string): a shorter run sees the same rest of its word, so it fails the same.
 _NUMBER = re.compile(r"(?<![\w.])\d++(?:[.,]\d++(?![\w.]*[A-Za-z])|(?![\w.]*[A-Za-z]))")
 _ACRONYM = re.compile(r"\b[A-Z]{2,}[0-9]*\b")
+_TWO_CAPITALS = re.compile(r"[A-Z][A-Z]")  # in every acronym; a fast scan without one
 _NOT_ACRONYMS = {"OK", "US", "UK", "EU", "AM", "PM", "FAQ", "ID", "OMG", "LOL", "TBH", "BTW"}
 _WARM = _phrases(
     "glad | happy | love | great | awesome | wonderful | thrilled | enjoy | welcome | thanks "
@@ -143,7 +161,45 @@ _PROFESSIONAL = _phrases(
 # scanned position by position they took about a second on a degenerate 256 KiB reply.
 _FORMALITY_CUES = LiteralPrefilter([_SLANG, _INTERJECTION, _FORMAL, _PASSIVE])
 _TONE_CUES = LiteralPrefilter([_JARGON, _WARM, _CONVERSATIONAL, _PROFESSIONAL])
-_APOSTROPHES = ("'", "’")  # every contraction has one
+
+
+@functools.lru_cache(maxsize=64)
+def _code_regex(parts: tuple[int, ...]) -> re.Pattern[str]:
+    return re.compile("|".join(_CODE_PARTS[index][0] for index in parts))
+
+
+def code_count(text: str) -> int:
+    """`len(_CODE.findall(text))`, scanning only with the alternatives that can match."""
+    parts = tuple(
+        index
+        for index, (char, needs) in enumerate(_CODE_NEEDS)
+        if char in text and needs.search(text)
+    )
+    return len(_code_regex(parts).findall(text)) if parts else 0
+
+
+def unit_number_count(text: str) -> int:
+    """`len(_UNIT_NUMBER.findall(text))` (no scan without a digit before a unit letter)."""
+    return len(_UNIT_NUMBER.findall(text)) if _UNIT_NEEDS.search(text) else 0
+
+
+def contraction_count(text: str) -> int:
+    """`len(_CONTRACTION.findall(text))` (no scan without an apostrophe ending)."""
+    if ("'" not in text and "’" not in text) or not _CONTRACTION_NEEDS.search(text):
+        return 0
+    return len(_CONTRACTION.findall(text))
+
+
+def emoji_count(text: str) -> int:
+    """`len(_EMOJI.findall(text))`, counted in C (each match is one character)."""
+    return _EMOJI.subn("", text)[1]
+
+
+def acronyms_of(text: str) -> list[str]:
+    """Upper-case acronyms of a text, less the common words in `_NOT_ACRONYMS`."""
+    if not _TWO_CAPITALS.search(text):
+        return []
+    return [a for a in _ACRONYM.findall(text) if a not in _NOT_ACRONYMS]
 
 
 def words_of(text: str) -> list[str]:
@@ -165,17 +221,19 @@ class FormalityCues:
 def formality_cues(text: str) -> FormalityCues:
     """Casual and formal points of a text (see the module docstring)."""
     words = words_of(text)
-    has_apostrophe = any(mark in text for mark in _APOSTROPHES)
-    contractions = len(_CONTRACTION.findall(text)) if has_apostrophe else 0
+    contractions = contraction_count(text)
     slang, interjections, formal_phrases, passives = _FORMALITY_CUES.count_all(text)
-    casual = 2.0 * slang + 2.0 * len(_EMOJI.findall(text))
+    casual = 2.0 * slang + 2.0 * emoji_count(text)
     casual += min(text.count("!"), 3) + interjections
     stripped = text.lstrip()
     if stripped[:1].isalpha() and stripped[:1].islower():
         casual += 1.0
     formal = 1.5 * formal_phrases + passives
-    letters = [len(word) for word in words if word.isalpha()]
-    if letters and sum(letters) / len(letters) >= 5.5:
+    # Per distinct word (a degenerate text repeats a few words thousands of times).
+    alphabetic = [(word, count) for word, count in Counter(words).items() if word.isalpha()]
+    letters = sum(len(word) * count for word, count in alphabetic)
+    alphabetic_words = sum(count for _, count in alphabetic)
+    if alphabetic_words and letters / alphabetic_words >= 5.5:
         formal += 1.0
     if len(words) >= 10 and contractions == 0:
         formal += 1.0
@@ -194,12 +252,12 @@ def detect_formality(text: str) -> str:
 
 def tone_points(text: str) -> dict[str, float]:
     """Points per tone (see the module docstring)."""
-    acronyms = [a for a in _ACRONYM.findall(text) if a not in _NOT_ACRONYMS]
-    code = len(_CODE.findall(text))
+    acronyms = acronyms_of(text)
+    code = code_count(text)
     jargon, warm, conversational_phrases, professional_phrases = _TONE_CUES.count_all(text)
-    technical = jargon + 2.0 * code + len(_UNIT_NUMBER.findall(text))
+    technical = jargon + 2.0 * code + unit_number_count(text)
     technical += len(acronyms) + 0.5 * len(_NUMBER.findall(text))
-    friendly = min(text.count("!"), 3) + 2.0 * len(_EMOJI.findall(text))
+    friendly = min(text.count("!"), 3) + 2.0 * emoji_count(text)
     friendly += warm
     conversational = text.count("?") + conversational_phrases
     professional = 0.5 + professional_phrases

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from worker.suites.extraction.normalize import argument_text, label_text, norm
+from worker.suites.extraction.normalize import argument_text, label_text, norm, norm_many
 from worker.suites.extraction.settings import RelaxedConfig
 from worker.suites.substrings import SuffixAutomaton
 
@@ -68,15 +68,23 @@ def _valid_arguments(event: Any) -> list[tuple[str, str, Any]]:
     return found
 
 
-def strict_triples(events: Iterable[Any]) -> set[Triple]:
-    """The set of `(event_type, role, norm(argument))` with a non-empty normalised argument."""
-    triples = set()
-    for event in events:
-        for event_type, role, value in _valid_arguments(event):
-            normalised = norm(value)
-            if normalised:
-                triples.add((event_type, role, normalised))
-    return triples
+ArgumentRow = tuple[str, str, Any]
+
+
+def argument_rows(events: Iterable[Any]) -> list[ArgumentRow]:
+    """(event type, role, raw argument) of every valid argument (see `_valid_arguments`),
+    to be shared by `strict_triples` and `relaxed_counts` of the same events."""
+    return [row for event in events for row in _valid_arguments(event)]
+
+
+def strict_triples(events: Iterable[Any], rows: list[ArgumentRow] | None = None) -> set[Triple]:
+    """The set of `(event_type, role, norm(argument))` with a non-empty normalised argument
+    (`rows`: the events' `argument_rows`, when already built)."""
+    rows = argument_rows(events) if rows is None else rows
+    normalised = norm_many([value for _, _, value in rows])
+    return {
+        (t, r, argument) for (t, r, _), argument in zip(rows, normalised, strict=True) if argument
+    }
 
 
 def relaxed_triples(events: Iterable[Any]) -> list[Triple]:
@@ -84,13 +92,21 @@ def relaxed_triples(events: Iterable[Any]) -> list[Triple]:
 
     A null argument becomes "None" and is kept, as in the reference.
     """
-    triples = []
-    for event in events:
-        for event_type, role, value in _valid_arguments(event):
-            text = argument_text(value).strip()
-            if norm(text):
-                triples.append((event_type, role, text))
-    return triples
+    return [(event_type, role, text) for event_type, role, text, _ in _relaxed_arguments(events)]
+
+
+def _relaxed_arguments(
+    events: Iterable[Any], rows: list[ArgumentRow] | None = None
+) -> list[tuple[str, str, str, str]]:
+    """The relaxed triples, each with its argument's `norm` (computed once)."""
+    rows = argument_rows(events) if rows is None else rows
+    texts = [(t, r, argument_text(value).strip()) for t, r, value in rows]
+    normalised = norm_many([text for _, _, text in texts])
+    return [
+        (t, r, text, argument)
+        for (t, r, text), argument in zip(texts, normalised, strict=True)
+        if argument
+    ]
 
 
 def event_types(events: Iterable[Any]) -> set[str]:
@@ -175,32 +191,48 @@ def strict_set_counts(pred_set: set[Triple], gold_set: set[Triple]) -> MatchCoun
     return MatchCounts(len(pred_set & gold_set), len(pred_set), len(gold_set))
 
 
-def relaxed_counts(predicted: list[Any], gold: list[Any], config: RelaxedConfig) -> MatchCounts:
+def relaxed_counts(
+    predicted: list[Any],
+    gold: list[Any],
+    config: RelaxedConfig,
+    rows: tuple[list[ArgumentRow], list[ArgumentRow]] | None = None,
+) -> MatchCounts:
     """Greedy list matching: each predicted triple, in order, takes the first unmatched gold
     triple with the same type and role whose argument matches (`RELAXED_BUDGET` bounds the
-    comparisons of a case)."""
-    pred_list, gold_list = relaxed_triples(predicted), relaxed_triples(gold)
+    comparisons of a case). `rows`: the `argument_rows` of both, when already built."""
+    pred_rows, gold_rows = rows if rows is not None else (None, None)
+    pred_list = [
+        (t, r, normalised) for t, r, _, normalised in _relaxed_arguments(predicted, pred_rows)
+    ]
+    gold_list = _relaxed_arguments(gold, gold_rows)
     unmatched: dict[tuple[str, str], list[str]] = {}
-    for gold_type, gold_role, gold_argument in gold_list:
-        unmatched.setdefault((gold_type, gold_role), []).append(norm(gold_argument))
+    for gold_type, gold_role, _, gold_argument in gold_list:
+        unmatched.setdefault((gold_type, gold_role), []).append(gold_argument)
     # A predicted argument that matched none of its group's unmatched gold arguments never
     # will: the group only shrinks.
     unmatchable: set[tuple[str, str, str]] = set()
     char_sets: dict[str, frozenset[str]] = {}
     budget = RELAXED_BUDGET
     tp = 0
-    for position, (pred_type, pred_role, pred_argument) in enumerate(pred_list):
+    overlap = config.match_mode != "span_iou"  # its cost and its quick checks inlined
+    for position, (pred_type, pred_role, left) in enumerate(pred_list):
         candidates = unmatched.get((pred_type, pred_role))
-        left = norm(pred_argument)
         if not candidates or (pred_type, pred_role, left) in unmatchable:
             continue
         taken = None
         for index, right in enumerate(candidates):
-            budget -= _comparison_cost(left, right, config)
+            if overlap:
+                budget -= _COMPARISON_COST + len(left) + len(right)
+            else:
+                budget -= _comparison_cost(left, right, config)
             if budget < 0:
                 tp += _equal_matches(pred_list[position:], unmatched)
                 return MatchCounts(tp, len(pred_list), len(gold_list), capped=True)
-            if _normalised_match(left, right, config, char_sets):
+            if (
+                left == right
+                or (overlap and (left in right or right in left))
+                or _normalised_match(left, right, config, char_sets)
+            ):
                 taken = index
                 break
         if taken is None:
@@ -212,13 +244,13 @@ def relaxed_counts(predicted: list[Any], gold: list[Any], config: RelaxedConfig)
 
 
 def _equal_matches(pred_list: list[Triple], unmatched: dict[tuple[str, str], list[str]]) -> int:
-    """Matches of the predicted triples with unmatched gold ones equal after `norm`."""
+    """Matches of the predicted triples (arguments normalised) with unmatched gold ones."""
     remaining = Counter(
         (group, argument) for group, arguments in unmatched.items() for argument in arguments
     )
     tp = 0
     for pred_type, pred_role, pred_argument in pred_list:
-        key = ((pred_type, pred_role), norm(pred_argument))
+        key = ((pred_type, pred_role), pred_argument)
         if remaining[key] > 0:
             remaining[key] -= 1
             tp += 1

@@ -14,8 +14,25 @@ def norm(value: Any) -> str:
     """`str(value)` (None -> ""), all whitespace removed, `（），。` made ASCII, lowercased."""
     if value is None:
         return ""
-    text = value if isinstance(value, str) else str(value)
-    return _WHITESPACE.sub("", text).translate(_FULLWIDTH).lower()
+    text = _WHITESPACE.sub("", value if isinstance(value, str) else str(value))
+    if not text.isascii():  # translating with a dict is slow, and ASCII has nothing to map
+        text = text.translate(_FULLWIDTH)
+    return text.lower()
+
+
+_SEPARATOR = "\x00"
+
+
+def norm_many(values: list[Any]) -> list[str]:
+    """`[norm(value) for value in values]`, in three C-level passes over the joined texts
+    when they are ASCII (thousands of arguments per case are common)."""
+    texts = [
+        value if isinstance(value, str) else "" if value is None else str(value) for value in values
+    ]
+    joined = _SEPARATOR.join(texts)
+    if not texts or not joined.isascii() or joined.count(_SEPARATOR) != len(texts) - 1:
+        return [norm(value) for value in values]
+    return _WHITESPACE.sub("", joined).lower().split(_SEPARATOR)
 
 
 def strip_whitespace(text: str) -> str:

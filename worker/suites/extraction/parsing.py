@@ -141,7 +141,12 @@ def fix_unclosed_brackets(text: str) -> str:
 
 def fix_single_quotes(text: str) -> str:
     """`'key':` to `"key":`."""
-    return _SINGLE_QUOTED_KEY.sub(r'"\1":', text)
+    return _SINGLE_QUOTED_KEY.sub(_double_quoted_key, text)
+
+
+def _double_quoted_key(match: re.Match[str]) -> str:
+    # What the template `"\1":` gives, without Python 3.11's per-match template expansion.
+    return f'"{match.group(1)}":'
 
 
 REPAIR_STEPS: tuple[tuple[str, Callable[[str], str]], ...] = (
@@ -224,6 +229,8 @@ def dirtyjson_loads(text: str) -> Any:
 
 def _dirtyjson_loads(text: str) -> Any:
     value = _strict_translation(text)
+    if value is _DIRTYJSON_FAILS:
+        return _NOT_PARSED
     if value is not _NOT_PARSED:
         return value
     try:
@@ -232,18 +239,27 @@ def _dirtyjson_loads(text: str) -> Any:
         return _NOT_PARSED
 
 
-# dirtyjson reads token by token in Python (44,000 unquoted keys took 350 ms). Its two
-# commonest liberties, unquoted keys and single-quoted strings, are turned into strict JSON
-# in one regex pass instead, and `json.loads` (in C) reads the result. When that parses,
-# dirtyjson would have read the same value (`"k":` is valid only where dirtyjson reads a
-# key, and strict JSON is a part of its grammar); anything else (comments, hex numbers,
+# dirtyjson reads token by token in Python (44,000 unquoted keys took 350 ms). Its three
+# commonest liberties, unquoted keys, single-quoted strings and a trailing comma after a
+# container's last item (the repairs' own comma fix runs before brackets are closed), are
+# turned into strict JSON in one regex pass instead, and `json.loads` (in C) reads the
+# result. When that parses, dirtyjson would have read the same value (`"k":` is valid only
+# where dirtyjson reads a key, a dropped comma followed an item since "[," is kept, and
+# strict JSON is a part of its grammar); anything else (comments, hex numbers,
 # trailing text, control characters, ...) still goes to dirtyjson.
-_LIBERTIES = re.compile(
+_QUOTES_AND_KEYS = (
     r'"[^"\\]*+(?:\\.[^"\\]*+)*+"?'  # a double-quoted string (unclosed: the rest)
     r"|'(?P<single>[^'\\]*+(?:\\.[^'\\]*+)*+)(?P<closed>'?)"  # a single-quoted one
-    r"|(?<![\w$])(?P<key>[\w$]++)(?=[ \t\n\r]*+:)",  # a word before a colon: a key
-    re.DOTALL,
+    r"|(?<![\w$])(?P<key>[\w$]++)(?=[ \t\n\r]*+:)"  # a word before a colon: a key
 )
+_COMMAS = (
+    r"|[\[{][ \t\n\r]*+,"  # a comma first in a container: kept (dirtyjson fails too)
+    r"|(?P<trailing>,)(?=[ \t\n\r]*+[\]}])"  # a comma before the closing: dropped
+)
+_LIBERTIES = re.compile(_QUOTES_AND_KEYS + _COMMAS, re.DOTALL)
+# For a text without commas (the same matches; each alternative costs a try at every
+# bracket of "[{[{...").
+_LIBERTIES_WITHOUT_COMMAS = re.compile(_QUOTES_AND_KEYS, re.DOTALL)
 _SINGLE_QUOTED_ESCAPE = re.compile(r'\\(.)|"', re.DOTALL)
 # A value nested deeper than this is left to dirtyjson, whose recursion limit decides.
 _TRANSLATED_DEPTH = 100
@@ -252,10 +268,15 @@ _TRANSLATED_DEPTH = 100
 def _strictly_quoted(match: re.Match[str]) -> str:
     """A token of `_LIBERTIES` as strict JSON (an unclosed string is left as it is: it
     does not parse)."""
-    if (key := match.group("key")) is not None:
-        return f'"{key}"'
+    kind = match.lastgroup
+    if kind is None:  # a double-quoted string, or a comma first in its container
+        return match.group(0)
+    if kind == "key":
+        return f'"{match.group("key")}"'
+    if kind == "trailing":
+        return ""
     single = match.group("single")
-    if single is None or not match.group("closed"):
+    if not match.group("closed"):
         return match.group(0)
     return '"' + _SINGLE_QUOTED_ESCAPE.sub(_json_escape, single) + '"'
 
@@ -267,11 +288,32 @@ def _json_escape(match: re.Match[str]) -> str:
     return "'" if escaped == "'" else "\\" + escaped
 
 
+# The translation's `json.loads` failing with "Expecting value" at one of these decides
+# dirtyjson's failure as well: the strict parser read the text before it as dirtyjson
+# reads it (the translation only quotes keys and strings and drops trailing commas, and
+# nothing before it was a comment, which strict JSON would have stopped at), the spot is
+# inside the first value (after it `json` says "Extra data"), and dirtyjson's `scan`
+# starts no value with these characters. ("{'k':1, ..., 'k':}" cut at the limit.)
+_NEVER_A_VALUE = frozenset("}],:")
+_DIRTYJSON_FAILS = object()
+
+
 def _strict_translation(text: str) -> Any:
-    """What dirtyjson reads from `text` when `text` is strict JSON but for unquoted keys
-    and single-quoted strings, else `_NOT_PARSED`."""
-    value = _json_loads(_LIBERTIES.sub(_strictly_quoted, text))
-    if value is _NOT_PARSED or not _nested_at_most(value, _TRANSLATED_DEPTH):
+    """What dirtyjson reads from `text` when `text` is strict JSON but for unquoted keys,
+    single-quoted strings and trailing commas; `_DIRTYJSON_FAILS` when dirtyjson would
+    fail on it for a reason found without it; else `_NOT_PARSED`."""
+    liberties = _LIBERTIES if "," in text else _LIBERTIES_WITHOUT_COMMAS
+    translated = liberties.sub(_strictly_quoted, text)
+    try:
+        value = json.loads(translated)
+    except json.JSONDecodeError as error:
+        at = translated[error.pos : error.pos + 1]
+        if error.msg == "Expecting value" and at in _NEVER_A_VALUE:
+            return _DIRTYJSON_FAILS
+        return _NOT_PARSED
+    except (ValueError, RecursionError):
+        return _NOT_PARSED
+    if not _nested_at_most(value, _TRANSLATED_DEPTH):
         return _NOT_PARSED
     return value
 

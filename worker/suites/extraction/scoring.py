@@ -15,6 +15,7 @@ from worker.suites.extraction.hallucination import HallucinationCheck, check_hal
 from worker.suites.extraction.matching import (
     MatchCounts,
     Triple,
+    argument_rows,
     relaxed_counts,
     strict_set_counts,
     strict_triples,
@@ -141,9 +142,10 @@ def score_case(payload: ExtractionPayload, ctx: ExtractionContext) -> Scored:
     predicted = parsed.events
     gold = [event.model_dump() for event in payload.gold]
 
-    pred_set, gold_set = strict_triples(predicted), strict_triples(gold)
+    rows = argument_rows(predicted), argument_rows(gold)  # read once for both matchings
+    pred_set, gold_set = strict_triples(predicted, rows[0]), strict_triples(gold, rows[1])
     strict = strict_set_counts(pred_set, gold_set)
-    relaxed = relaxed_counts(predicted, gold, metrics.relaxed)
+    relaxed = relaxed_counts(predicted, gold, metrics.relaxed, rows)
     types = type_counts(predicted, gold)
     compliance = check_compliance(predicted, metrics.schema_.mode, schema)
     hallucination = check_hallucination(predicted, payload.text, metrics.hallucination.match_mode)
