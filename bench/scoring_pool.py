@@ -25,8 +25,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from worker import input_records  # noqa: E402
 from worker.config import Settings, load_settings  # noqa: E402
+from worker.input import records as input_records  # noqa: E402
 from worker.scoring_pool import ScoringPool  # noqa: E402
 from worker.suites import registry  # noqa: E402
 

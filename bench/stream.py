@@ -50,9 +50,9 @@ sys.path.insert(0, str(REPO))
 
 from topics.catalog import record_key, topic_names  # noqa: E402
 from topics.provision import create_topics  # noqa: E402
-from worker import input_records  # noqa: E402
 from worker.commands.stream import produce_lines  # noqa: E402
 from worker.config import Settings, load_settings  # noqa: E402
+from worker.input import records as input_records  # noqa: E402
 from worker.ops.broker import TANSU_STREAM_SETTINGS, EmbeddedBroker  # noqa: E402
 from worker.scoring_suites import ScoringSuites  # noqa: E402
 from worker.stream import ScorestreamApp  # noqa: E402
