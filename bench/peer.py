@@ -40,6 +40,7 @@ import asyncio
 import contextlib
 import math
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -75,14 +76,16 @@ from worker.suites.base import State  # noqa: E402
 from worker.windowing.windows import WindowKey  # noqa: E402
 
 PARTITIONS = stream_bench.PARTITIONS
-GRACE_S = 1
+GRACE_S = 1  # the default; --grace sets both systems' (at most MAX_GRACE_S)
+MAX_GRACE_S = 60
 MINUTE_MS = 60_000
 HOUR_MS = 3_600_000
 STEP_MS = 300_000
 # Sentinels come this long after the last case: past the end + grace of every window
 # (60 s and 1 h / 5 min) that holds a case.
-SENTINEL_GAP_MS = HOUR_MS + STEP_MS + MINUTE_MS
+SENTINEL_GAP_MS = HOUR_MS + STEP_MS + MAX_GRACE_S * 1000 + 1000
 HISTORY_AGE_S = 2 * 3600  # the backlog starts two hours ago (sentinels stay in the past)
+BUSY_SHARE = 0.2  # of a core: a system using more is still at work
 STARTUP_S = 180.0  # the longest a system may take to its first result
 QUIX_RESERVOIR = 2  # bootstrap samples per metric in Quix's windows (scorestream: 128)
 TARGETS = {"windowed/s": 1.3, "results/s": 1.0}  # scorestream / Quix, medians
@@ -234,46 +237,61 @@ async def observe(
     data: PeerInput,
     outcome: Outcome,
     settle: float,
+    profile: Path | None = None,
 ) -> None:
     """Read results and aggregates until every result arrived and every input minute has
-    its final window, or nothing arrived for `settle` seconds after the last result."""
+    its final window, or for `settle` seconds nothing arrived and the system was idle; with
+    `profile`, py-spy samples the system from the first result on."""
     seen: set[str] = set()
     cpu_first = math.nan
-    last_arrival = time.time()
-    while True:
-        arrived = False
-        for consumer, is_results in ((results, True), (aggregates, False)):
-            batches = await consumer.getmany(timeout_ms=50)
-            now = time.time()
-            for messages in batches.values():
-                for message in messages:
-                    if is_results:
-                        seen.add(orjson.loads(message.value)["id"])
-                        if math.isnan(outcome.first):
-                            outcome.first, cpu_first = now, tree_cpu(process.pid)
-                        outcome.results_done = now
-                        arrived = True
-                        continue
-                    final = final_minute_count(message.value)
-                    if final is not None and final[0] in data.per_minute:
-                        outcome.finals[final[0]] = final[1]
-                        outcome.windows_done = now
-                        arrived = True
-        if arrived:
-            last_arrival = time.time()
-            outcome.cpu_seconds = tree_cpu(process.pid) - cpu_first
-        complete = len(seen) >= data.results and set(outcome.finals) >= set(data.per_minute)
-        quiet = time.time() - last_arrival
-        if complete or quiet > (STARTUP_S if math.isnan(outcome.first) else settle):
-            break
-        if process.poll() is not None:
-            print(f"  ! {outcome.system} exited with {process.returncode}")
-            break
+    last_arrival = cpu_sampled_at = time.time()
+    cpu_before = tree_cpu(process.pid)
+    profiler: subprocess.Popen[bytes] | None = None
+    try:
+        while True:
+            arrived = False
+            for consumer, is_results in ((results, True), (aggregates, False)):
+                batches = await consumer.getmany(timeout_ms=50)
+                now = time.time()
+                for messages in batches.values():
+                    for message in messages:
+                        if is_results:
+                            seen.add(orjson.loads(message.value)["id"])
+                            if math.isnan(outcome.first):
+                                outcome.first, cpu_first = now, tree_cpu(process.pid)
+                                if profile is not None:
+                                    profiler = start_profiler(process.pid, profile)
+                            outcome.results_done = now
+                            arrived = True
+                            continue
+                        final = final_minute_count(message.value)
+                        if final is not None and final[0] in data.per_minute:
+                            outcome.finals[final[0]] = final[1]
+                            outcome.windows_done = now
+                            arrived = True
+            cpu_now, sampled_at = tree_cpu(process.pid), time.time()
+            busy = cpu_now - cpu_before > BUSY_SHARE * (sampled_at - cpu_sampled_at)
+            cpu_before, cpu_sampled_at = cpu_now, sampled_at
+            if arrived:
+                outcome.cpu_seconds = cpu_now - cpu_first
+            if arrived or busy:  # window work may still be under way without output
+                last_arrival = sampled_at
+            complete = len(seen) >= data.results and set(outcome.finals) >= set(data.per_minute)
+            quiet = time.time() - last_arrival
+            if complete or quiet > (STARTUP_S if math.isnan(outcome.first) else settle):
+                break
+            if process.poll() is not None:
+                print(f"  ! {outcome.system} exited with {process.returncode}")
+                break
+    finally:
+        if profiler is not None:
+            profiler.send_signal(signal.SIGINT)  # py-spy writes its profile and exits
+            profiler.wait(60)
     outcome.results = len(seen)
     outcome.lost, outcome.doubled = lost_cases(data.per_minute, outcome.finals)
 
 
-def system_config(tag: str) -> dict[str, Any]:
+def system_config(tag: str, grace: float = GRACE_S) -> dict[str, Any]:
     """The worker config of one run (Quix reads its topics and grace from it too)."""
     return {
         "app_id": f"peer-{tag}",
@@ -284,7 +302,7 @@ def system_config(tag: str) -> dict[str, Any]:
             "gates": f"{tag}-gates",
             "dead_letters": f"{tag}-dlq",
         },
-        "grace": f"{GRACE_S}s",
+        "grace": f"{grace}s",
         "idle_timeout": "1s",
         "metrics_port": 0,
         "stream": {**TANSU_STREAM_SETTINGS, "partitions": PARTITIONS},
@@ -297,16 +315,51 @@ def command(system: str, broker: EmbeddedBroker, config_path: Path) -> list[str]
     return [sys.executable, str(Path(__file__).resolve()), "--quix-worker", str(config_path)]
 
 
+def start_profiler(pid: int, output: Path) -> subprocess.Popen[bytes]:
+    """`py-spy record` attached to `pid` and its child processes (raw collapsed stacks
+    into `output`) until it gets SIGINT."""
+    spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    return subprocess.Popen(
+        [
+            spy,
+            "record",
+            "--pid",
+            str(pid),
+            "--subprocesses",
+            "-r",
+            "100",
+            "-f",
+            "raw",
+            "-o",
+            str(output),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
 async def run_system(
-    system: str, broker: EmbeddedBroker, tmp: Path, data: PeerInput, settle: float
+    system: str,
+    broker: EmbeddedBroker,
+    tmp: Path,
+    data: PeerInput,
+    settle: float,
+    profile: Path | None = None,
+    grace: float = GRACE_S,
+    quix_fold: str = "scorestream",
 ) -> Outcome:
-    """One system catching up on its own copy of `data`."""
+    """One system catching up on its own copy of `data` (under py-spy into `profile`)."""
     tag = f"{system[:4]}{time.time_ns()}"
-    config = system_config(tag)
+    config = system_config(tag, grace)
     settings = load_settings(None, overrides=config, environ={})
     path = tmp / f"{tag}.json"
     if system == "quix":
-        quix = {"settings": config, "bootstrap": broker.bootstrap, "state_dir": str(tmp / tag)}
+        quix = {
+            "settings": config,
+            "bootstrap": broker.bootstrap,
+            "state_dir": str(tmp / tag),
+            "fold": quix_fold,
+        }
         path.write_bytes(orjson.dumps(quix))
     else:
         path.write_bytes(orjson.dumps(config))
@@ -326,7 +379,7 @@ async def run_system(
             start_new_session=True,
         )
     try:
-        await observe(process, results, aggregates, data, outcome, settle)
+        await observe(process, results, aggregates, data, outcome, settle, profile)
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGTERM)
@@ -394,6 +447,45 @@ class WindowFold:
         return message.model_dump_json().encode("utf-8")
 
 
+class LeanFold(WindowFold):
+    """The least a Quix user would keep per window: count, label counts and score sums
+    (what `.agg(Count(), Mean(...))` gives); its final message has the fields
+    `final_minute_count` reads and those figures."""
+
+    def initialise(self, value: Mapping[str, Any]) -> State:
+        state = {"segment": self.segment(value), "count": 0, "labels": {}, "sums": {}}
+        return self.reduce(state, value)
+
+    def reduce(self, state: State, value: Mapping[str, Any]) -> State:
+        state["count"] += 1
+        label = value.get("label")
+        if label is not None:
+            state["labels"][label] = state["labels"].get(label, 0) + 1
+        sums = state["sums"]
+        for metric, score in value["scores"].items():
+            if score is not None:
+                sums[metric] = sums.get(metric, 0.0) + score
+        return state
+
+    def close(self, window: Mapping[str, Any]) -> bytes:
+        state = window["value"]
+        span = WindowKey(self.size_s, self.step, window["start"] / 1000).span()
+        return orjson.dumps(
+            {
+                "suite": self.suite,
+                "segment": state["segment"],
+                "window": span.model_dump(mode="json"),
+                "final": True,
+                "count": state["count"],
+                "label_counts": state["labels"],
+                "means": {m: total / state["count"] for m, total in state["sums"].items()},
+            }
+        )
+
+
+FOLDS: dict[str, type[WindowFold]] = {"scorestream": WindowFold, "lean": LeanFold}
+
+
 def quix_worker(config_path: Path) -> None:
     """The Quix Streams application of the comparison (run in its own process)."""
     from quixstreams import Application, message_context
@@ -407,6 +499,7 @@ def quix_worker(config_path: Path) -> None:
     score_case = spec.case_scorer(settings)  # type: ignore[misc]
     versions = spec.versions(settings)
     limits = settings.limits
+    grace_ms = round(settings.grace * 1000)
 
     def score(envelope: dict[str, Any]) -> dict[str, Any]:
         """The per-case result, as `bench/stream.py`'s plain loop and the worker build it."""
@@ -474,13 +567,13 @@ def quix_worker(config_path: Path) -> None:
             name=f"by-{name}",
         )
         for size_s, step in ((60.0, None), (3600.0, 300.0)):
-            fold = WindowFold("safe", segment, size_s, step)
+            fold = FOLDS[config["fold"]]("safe", segment, size_s, step)
             window: Any
             if step is None:
-                window = grouped.tumbling_window(int(size_s * 1000), grace_ms=GRACE_S * 1000)
+                window = grouped.tumbling_window(int(size_s * 1000), grace_ms=grace_ms)
             else:
                 window = grouped.hopping_window(
-                    int(size_s * 1000), int(step * 1000), grace_ms=GRACE_S * 1000
+                    int(size_s * 1000), int(step * 1000), grace_ms=grace_ms
                 )
             window.reduce(fold.reduce, fold.initialise).final().apply(fold.close).to_topic(
                 aggregates
@@ -571,7 +664,13 @@ async def main(args: argparse.Namespace) -> int:
     except ImportError:
         print("Quix Streams is not installed: pip install -e .[bench]")
         return 2
-    print(f"quixstreams {quixstreams.__version__}; {args.n} SAFE cases, {args.rounds} rounds")
+    if not 0 <= args.grace <= MAX_GRACE_S:
+        print(f"--grace must be between 0 and {MAX_GRACE_S} seconds")
+        return 2
+    print(
+        f"quixstreams {quixstreams.__version__}; {args.n} SAFE cases, {args.rounds} rounds, "
+        f"grace {args.grace:g}s, Quix fold {args.quix_fold}"
+    )
     rounds: list[dict[str, Outcome]] = []
     started = time.time()
     with EmbeddedBroker() as broker, tempfile.TemporaryDirectory() as tmp:
@@ -581,7 +680,20 @@ async def main(args: argparse.Namespace) -> int:
             outcomes = {}
             for system in order:
                 print(f"round {index + 1}/{args.rounds}: {system} ...", flush=True)
-                outcomes[system] = await run_system(system, broker, Path(tmp), data, args.settle)
+                profile = None
+                if args.profile is not None:
+                    args.profile.mkdir(parents=True, exist_ok=True)
+                    profile = args.profile / f"{system}-{index + 1}.txt"
+                outcomes[system] = await run_system(
+                    system,
+                    broker,
+                    Path(tmp),
+                    data,
+                    args.settle,
+                    profile,
+                    args.grace,
+                    args.quix_fold,
+                )
             rounds.append(outcomes)
     passed = report(rounds)
     print(f"\ntotal {time.time() - started:.0f}s; targets {'met' if passed else 'NOT met'}")
@@ -593,10 +705,31 @@ def parse_args(argv: Iterable[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--n", type=int, default=20000, help="SAFE cases per round")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument(
+        "--grace",
+        type=float,
+        default=GRACE_S,
+        help=f"both systems' window grace in seconds (at most {MAX_GRACE_S})",
+    )
+    parser.add_argument(
+        "--quix-fold",
+        choices=sorted(FOLDS),
+        default="scorestream",
+        help="Quix's window fold: scorestream's (the same figures; default) or lean (count, "
+        "label counts and score sums only: Quix at its cheapest)",
+    )
+    parser.add_argument(
         "--settle",
         type=float,
         default=15.0,
-        help="seconds without output after which a run is over (windows that never close)",
+        help="seconds without output and CPU use after which a run is over (windows that "
+        "never close)",
+    )
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        help="directory for py-spy profiles (raw collapsed stacks) of each run from its first "
+        "result on (`pip install py-spy`; sampling slows the systems, so the figures of a "
+        "profiled run are not for comparison)",
     )
     parser.add_argument("--quix-worker", type=Path, help=argparse.SUPPRESS)
     return parser.parse_args(None if argv is None else list(argv))

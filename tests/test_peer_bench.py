@@ -80,7 +80,7 @@ def test_the_input_counts_its_cases_per_minute_and_sentinels_close_every_window(
     latest_hop_end = (last_ts // 300_000) * 300_000 + 3_600_000
     for _, value in data.sentinels:
         sentinel = orjson.loads(value)
-        assert sentinel["ts"] > latest_hop_end + peer.GRACE_S * 1000
+        assert sentinel["ts"] > latest_hop_end + peer.MAX_GRACE_S * 1000
         assert sentinel["ts"] // 60_000 * 60_000 not in data.per_minute
     assert data.results == 250 + 8
 
@@ -135,3 +135,20 @@ def test_only_final_all_cases_minute_aggregates_are_counted() -> None:
     interim = orjson.loads(peer.WindowFold("safe", lambda v: {}, 60.0, None).close(window))
     interim["final"] = False
     assert peer.final_minute_count(orjson.dumps(interim)) is None
+
+
+def test_lean_fold_counts_the_cases_with_their_label_counts_and_means() -> None:
+    results = results_of(peer.peer_input(100, START).cases)
+    fold = peer.LeanFold("safe", lambda value: {}, 60.0, None)
+    state = fold.initialise(results[0])
+    for result in results[1:]:
+        state = fold.reduce(state, result)
+    final = fold.close({"start": MINUTES[0], "end": MINUTES[0] + 60_000, "value": state})
+    assert peer.final_minute_count(final) == (MINUTES[0], 100)
+    message = orjson.loads(final)
+    labels: dict[str, int] = {}
+    for result in results:
+        labels[result["label"]] = labels.get(result["label"], 0) + 1
+    assert message["label_counts"] == labels
+    composite = [result["scores"]["composite"] for result in results]
+    assert message["means"]["composite"] == pytest.approx(sum(composite) / 100)
