@@ -4,7 +4,8 @@
     .venv/bin/python bench/peer.py [--n 20000] [--rounds 3]
 
 Each round gives both systems the same backlog on the embedded Tansu broker: N SAFE
-envelopes (1 ms of event time apart, two hours ago, keyed by id over 4 partitions), then
+envelopes (10 ms of event time apart from a minute two hours ago: 20,000 span 3 min 20 s;
+keyed by id over 4 partitions), then
 on every partition one sentinel envelope per model more than an hour and five minutes
 later, so that every window of the backlog can close by event time alone. Each system
 catches up from the start of its own copy of the topics as one process:
@@ -114,9 +115,9 @@ class PeerInput:
 
 
 def peer_input(n: int, start: float, partitions: int = PARTITIONS) -> PeerInput:
-    """N SAFE envelopes from `start` (seconds) on, 1 ms apart (`bench/stream.py`'s
-    backlog), and per partition one sentinel per model, `SENTINEL_GAP_MS` after the last."""
-    cases = stream_bench.safe_backlog(n, start)
+    """N SAFE envelopes from `start` (seconds) on, 10 ms apart (`bench/stream.py`'s
+    records), and per partition one sentinel per model, `SENTINEL_GAP_MS` after the last."""
+    cases = [value for _, value in stream_bench.make_records("safe", n, "peer", start)]
     records = [orjson.loads(line) for line in cases]
     last_ts = max(int(record["ts"]) for record in records)
     sentinels = []
@@ -675,7 +676,8 @@ async def main(args: argparse.Namespace) -> int:
     started = time.time()
     with EmbeddedBroker() as broker, tempfile.TemporaryDirectory() as tmp:
         for index in range(args.rounds):
-            data = peer_input(args.n, time.time() - HISTORY_AGE_S)
+            start = (time.time() - HISTORY_AGE_S) // 60 * 60  # the same shape every round
+            data = peer_input(args.n, start)
             order = SYSTEMS if index % 2 == 0 else tuple(reversed(SYSTEMS))
             outcomes = {}
             for system in order:

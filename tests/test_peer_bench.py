@@ -33,9 +33,9 @@ def load_peer() -> Any:
 
 
 peer = load_peer()
-# 100 cases before a minute boundary and 150 after it (1 ms apart)
-START = 1_767_225_600.0 - 0.1
-MINUTES = (round((START + 0.1 - MINUTE) * 1000), round((START + 0.1) * 1000))
+# 100 cases before a minute boundary and 150 after it (10 ms apart)
+START = 1_767_225_600.0 - 1.0
+MINUTES = (round((START + 1.0 - MINUTE) * 1000), round((START + 1.0) * 1000))
 
 
 def results_of(cases: list[bytes]) -> list[dict[str, Any]]:
