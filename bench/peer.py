@@ -318,6 +318,36 @@ def command(system: str, broker: EmbeddedBroker, config_path: Path) -> list[str]
     return [sys.executable, str(Path(__file__).resolve()), "--quix-worker", str(config_path)]
 
 
+# Leaf frames of threads that wait (py-spy counts some of them as active)
+IDLE_FRAMES = ("Condition.wait", "Event.wait", "Queue.get", "select (", "unix_poll", "sleep")
+# Frames every busy sample passes through (entry points, event loop, threads): not listed
+GENERIC_FILES = ("<frozen", "threading.py", "asyncio/", "runpy", "mode/", "multiprocessing/")
+
+
+def profile_summary(path: Path, top: int = 25) -> list[tuple[str, float]]:
+    """The functions with the largest inclusive share of a py-spy raw profile's busy
+    samples (waiting threads left out), with their share, largest first."""
+    busy = 0
+    inclusive: Counter[str] = Counter()
+    for line in path.read_text(errors="replace").splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        frames = stack.split(";")
+        if any(idle in frames[-1] for idle in IDLE_FRAMES):
+            continue
+        busy += int(count)
+        names = set()
+        for frame in frames:
+            name, _, where = frame.partition(" (")
+            source = where.split(":")[0].rstrip(")")
+            if where and name != "<module>" and not source.startswith(GENERIC_FILES):
+                names.add(f"{name} ({source})")
+        for name in names:
+            inclusive[name] += int(count)
+    return [(name, count / busy) for name, count in inclusive.most_common(top)] if busy else []
+
+
 def start_profiler(pid: int, output: Path) -> subprocess.Popen[bytes]:
     """`py-spy record` attached to `pid` and its child processes (raw collapsed stacks
     into `output`) until it gets SIGINT."""
@@ -699,6 +729,13 @@ async def main(args: argparse.Namespace) -> int:
                     args.quix_fold,
                 )
             rounds.append(outcomes)
+            if args.profile is not None:
+                for system in SYSTEMS:
+                    path = args.profile / f"{system}-{index + 1}.txt"
+                    if path.exists():
+                        print(f"  {system}: busiest functions (inclusive share of busy samples)")
+                        for name, share in profile_summary(path):
+                            print(f"    {share:6.1%}  {name}")
     passed = report(rounds)
     print(f"\ntotal {time.time() - started:.0f}s; targets {'met' if passed else 'NOT met'}")
     return 0
