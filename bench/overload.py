@@ -34,6 +34,8 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from stream import fresh_consumer  # noqa: E402  (bench/stream.py, beside this file)
+
 from topics.catalog import record_key, topic_names  # noqa: E402
 from topics.provision import create_topics  # noqa: E402
 from worker.config import Settings, load_settings  # noqa: E402
@@ -244,18 +246,6 @@ def sampled_out(scorer: ScorestreamApp) -> float:
         "scorestream_embeddings_skipped_total", {"reason": "overload"}
     )
     return value or 0.0
-
-
-async def fresh_consumer(bootstrap: str, topic: str) -> AIOKafkaConsumer:
-    """A group-less consumer positioned at the current end of `topic`."""
-    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=None)
-    await consumer.start()
-    while not consumer.assignment():
-        await asyncio.sleep(0.05)
-    await consumer.seek_to_end()
-    for partition in consumer.assignment():
-        await consumer.position(partition)
-    return consumer
 
 
 async def run_mode(

@@ -541,22 +541,11 @@ def quix_worker(config_path: Path) -> None:
         input_records.check_limits(envelope, limits)
         record = input_records.validate_record(envelope)
         scored = score_case(record.payload)
-        result = input_records.build_result(
-            case_id=record.id,
-            suite=record.suite,
-            kind="case",
-            scored=scored,
-            event_time=record.event_time() or received,
-            model=record.model,
-            labels=record.labels,
-            versions=versions,
-            source=input_records.SourcePosition(
-                settings.topics.input, context.partition, context.offset
-            ),
-            scored_at=datetime.now(UTC),
-            received_at=received,
+        position = input_records.SourcePosition(
+            settings.topics.input, context.partition, context.offset
         )
-        return result.model_dump(mode="json")
+        result = stream_bench.case_result(record, scored, versions, position, received)
+        return dict(result.model_dump(mode="json"))
 
     class RawBytes(Serializer):
         def __call__(self, value: Any, ctx: Any) -> bytes:

@@ -219,6 +219,30 @@ async def collect(
             return
 
 
+def case_result(
+    record: Any,
+    scored: Any,
+    versions: Any,
+    position: input_records.SourcePosition,
+    received: datetime,
+) -> Any:
+    """The per-case result of a plain consume-score-produce loop (here and in
+    `bench/peer.py`'s Quix app), built as the worker builds it."""
+    return input_records.build_result(
+        case_id=record.id,
+        suite=record.suite,
+        kind="case",
+        scored=scored,
+        event_time=record.event_time() or received,
+        model=record.model,
+        labels=record.labels,
+        versions=versions,
+        source=position,
+        scored_at=datetime.now(UTC),
+        received_at=received,
+    )
+
+
 async def fresh_consumer(bootstrap: str, topic: str) -> AIOKafkaConsumer:
     """A group-less consumer positioned at the current end of `topic`."""
     consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=None)
@@ -450,21 +474,10 @@ async def raw_loop(
                     received = datetime.now(UTC)
                     record = input_records.decode_record(message.value, settings.max_record_bytes)
                     scored = scoring_suites.score_case(record.suite, record.payload)
-                    result = input_records.build_result(
-                        case_id=record.id,
-                        suite=record.suite,
-                        kind="case",
-                        scored=scored,
-                        event_time=record.event_time() or received,
-                        model=record.model,
-                        labels=record.labels,
-                        versions=versions,
-                        source=input_records.SourcePosition(
-                            message.topic, message.partition, message.offset
-                        ),
-                        scored_at=datetime.now(UTC),
-                        received_at=received,
+                    position = input_records.SourcePosition(
+                        message.topic, message.partition, message.offset
                     )
+                    result = case_result(record, scored, versions, position, received)
                     await outbound.send(
                         sink,
                         result.model_dump_json().encode("utf-8"),
