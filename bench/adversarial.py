@@ -87,7 +87,7 @@ def extraction_scorer(payload: dict[str, Any], cot_required: bool = True) -> Cal
     record = decode_record(orjson.dumps(envelope), RECORD_LIMIT)
     spec = registry.find("extraction")
     assert spec is not None and spec.case_scorer is not None
-    score = spec.case_scorer(settings)
+    score = spec.case_scorer(spec.section(settings))
     return lambda: score(record.payload)  # type: ignore[arg-type]
 
 
@@ -202,7 +202,7 @@ def safe_scorer(payload: dict[str, Any]) -> Callable[[], Any]:
     record = decode_record(orjson.dumps(envelope), RECORD_LIMIT)
     spec = registry.find("safe")
     assert spec is not None and spec.case_scorer is not None
-    score = spec.case_scorer(Settings())
+    score = spec.case_scorer(spec.section(Settings()))
     return lambda: score(record.payload)  # type: ignore[arg-type]
 
 

@@ -421,7 +421,7 @@ class EncodeLog:
 
 def classifier_ms_per_turn(settings: Settings, texts: list[str]) -> float:
     """Milliseconds the safety classifier takes per assistant turn (0 when disabled)."""
-    classifier = classifier_from_settings(settings)
+    classifier = classifier_from_settings(settings.alignment)
     if classifier is None:
         return 0.0
     classifier.classify(texts[0])

@@ -144,7 +144,7 @@ def test_a_configured_file_replaces_the_shipped_list(tmp_path: Path) -> None:
         overrides={"alignment": {"safety_patterns": str(path)}},
         safe_config_json=tmp_path / "none.json",
     )
-    patterns = patterns_from_settings(settings)
+    patterns = patterns_from_settings(settings.alignment)
     assert patterns.categories == ["brand_policy"]
     assert patterns.find("kill yourself") == []
     assert [m.pattern for m in patterns.find("Our competitor")] == ["competitor"]

@@ -267,7 +267,7 @@ class ScoreStage:
                 settings.max_future_skew,
             )
             if isinstance(record, AlignmentRecord):
-                self.context.suites.check_persona(record.payload.persona_id)
+                self.context.suites.check_session(record.payload)
                 await self._forward_turn(record, source, received, event_time)
                 return event_time
         except OutputTooLarge as exc:

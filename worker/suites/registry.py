@@ -68,6 +68,12 @@ def get(name: str) -> SuiteSpec:
     return spec
 
 
+def session_suite() -> SuiteSpec | None:
+    """The suite whose records the streaming worker scores as session turns (the one
+    with a `sessions` loader), or None."""
+    return next((spec for spec in _SPECS.values() if spec.sessions is not None), None)
+
+
 def native_suite(row: Mapping[str, Any]) -> str | None:
     """The first suite whose native row shape `row` has, or None."""
     return next((spec.name for spec in _SPECS.values() if spec.recognises(row)), None)
@@ -133,6 +139,7 @@ __all__ = [
     "names",
     "native_suite",
     "register",
+    "session_suite",
     "specs",
     "unregister",
 ]

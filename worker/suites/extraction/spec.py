@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from schemas.envelope import ExtractionPayload
 from schemas.outputs import ExtractionFigures, Versions
@@ -27,19 +27,16 @@ from worker.suites.extraction.schema_files import load_context
 from worker.suites.extraction.scoring import score_case
 from worker.suites.extraction.settings import ExtractionSettings
 
-if TYPE_CHECKING:
-    from worker.config import Settings
-
 
 def recognises(row: Mapping[str, Any]) -> bool:
     """A native extraction row has `text`, `gold` and `response`."""
     return {"text", "gold", "response"} <= row.keys()
 
 
-def case_scorer(settings: Settings) -> CaseScorer:
+def case_scorer(section: ExtractionSettings) -> CaseScorer:
     """Loads the configured event schemas once; a case naming an unknown schema is
     rejected (`unknown_schema`)."""
-    context = load_context(settings.extraction)
+    context = load_context(section)
 
     def score(payload: ExtractionPayload) -> Scored:
         try:
@@ -50,8 +47,7 @@ def case_scorer(settings: Settings) -> CaseScorer:
     return score
 
 
-def versions(settings: Settings) -> Versions:
-    section = settings.extraction
+def versions(section: ExtractionSettings) -> Versions:
     return scorer_versions(section.metrics_version, section.protocol_version)
 
 
