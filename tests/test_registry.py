@@ -14,7 +14,7 @@ import argparse
 import ast
 import json
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -350,6 +350,9 @@ def test_every_built_in_suite_section_is_in_the_settings() -> None:
 def test_the_session_stage_finds_the_suite_that_keeps_sessions_in_the_registry() -> None:
     spec = registry.session_suite()
     assert spec is not None and spec.name == "alignment" and spec.scored_in_sessions
+    with pytest.raises(ValueError, match="already keeps sessions"):
+        registry.register(replace(SPEC, sessions=spec.sessions))
+    assert "echo" not in registry.names()
 
 
 # Generic code that asks the registry instead of naming a suite.

@@ -35,6 +35,9 @@ def register(spec: SuiteSpec) -> None:
     """Add a suite (a name already registered is an error)."""
     if spec.name in _SPECS:
         raise ValueError(f"suite {spec.name!r} is already registered")
+    keeper = session_suite()
+    if spec.sessions is not None and keeper is not None:
+        raise ValueError(f"suite {keeper.name!r} already keeps sessions (one suite may)")
     _SPECS[spec.name] = spec
     _reindex()
 
