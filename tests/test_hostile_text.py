@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from worker.suites import substrings
 from worker.suites.alignment import traits
+from worker.suites.alignment.negation import _CLAUSE_BREAK, clause_break_ends
 from worker.suites.alignment.safety_files import load_safety_patterns
 from worker.suites.literal_prefilter import (
     LiteralPrefilter,
@@ -214,6 +215,18 @@ def test_a_letter_inside_words_is_tried_nowhere_at_256_kib() -> None:
         tail = [(pattern, start) for pattern, start in found if start >= 0]
         expected = [(m.pattern, m.start) for m in _SHIPPED_SAFETY.find(examples)]
         assert tail == expected and expected
+
+
+_BREAK_PIECES = st.sampled_from(
+    ["but", "BUT", "inſtead", "however", "x", " ", ",", "-", "—", ".", "\n", "then", "ı", "İ"]
+)
+
+
+@PROPERTY
+@given(st.lists(_BREAK_PIECES, max_size=30).map("".join))
+def test_clause_breaks_are_the_regex_matches(text: str) -> None:
+    # A text without a break character or turn word is not scanned; any other is.
+    assert clause_break_ends(text) == [hit.end() for hit in _CLAUSE_BREAK.finditer(text)]
 
 
 _CUE_REGEXES = [
