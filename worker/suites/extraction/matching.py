@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -62,7 +62,9 @@ def _valid_arguments(event: Any) -> list[tuple[str, str, Any]]:
     for argument in arguments:
         if not isinstance(argument, dict):
             continue
-        role = label_text(argument.get("role"))
+        role = argument.get("role")
+        if not isinstance(role, str):
+            role = label_text(role)
         if role:
             found.append((event_type, role, argument.get("argument")))
     return found
@@ -71,41 +73,57 @@ def _valid_arguments(event: Any) -> list[tuple[str, str, Any]]:
 ArgumentRow = tuple[str, str, Any]
 
 
-def argument_rows(events: Iterable[Any]) -> list[ArgumentRow]:
-    """(event type, role, raw argument) of every valid argument (see `_valid_arguments`),
-    to be shared by `strict_triples` and `relaxed_counts` of the same events."""
-    return [row for event in events for row in _valid_arguments(event)]
+@dataclass(frozen=True)
+class Arguments:
+    """The valid arguments of some events (see `_valid_arguments`), read and normalised
+    once for both strict and relaxed matching."""
+
+    rows: list[ArgumentRow]  # (event type, role, raw argument)
+    # `norm(str(argument))` of each row, a null argument as "None" ("none"). Strict
+    # matching leaves nulls out; relaxed matching's `norm(str(argument).strip())` is the
+    # same text (`str.strip` and `norm` remove the same whitespace characters).
+    normalised: list[str]
 
 
-def strict_triples(events: Iterable[Any], rows: list[ArgumentRow] | None = None) -> set[Triple]:
-    """The set of `(event_type, role, norm(argument))` with a non-empty normalised argument
-    (`rows`: the events' `argument_rows`, when already built)."""
-    rows = argument_rows(events) if rows is None else rows
-    normalised = norm_many([value for _, _, value in rows])
+def read_arguments(events: Iterable[Any]) -> Arguments:
+    """The events' valid arguments with their normalised texts."""
+    rows = [row for event in events for row in _valid_arguments(event)]
+    return Arguments(rows, norm_many([argument_text(value) for _, _, value in rows]))
+
+
+def strict_triples(events: Iterable[Any], arguments: Arguments | None = None) -> set[Triple]:
+    """The set of `(event_type, role, norm(argument))` with a non-null argument whose
+    normalised text is not empty (`arguments`: the events' `read_arguments`, when read)."""
+    arguments = read_arguments(events) if arguments is None else arguments
     return {
-        (t, r, argument) for (t, r, _), argument in zip(rows, normalised, strict=True) if argument
+        (t, r, normalised)
+        for (t, r, value), normalised in zip(arguments.rows, arguments.normalised, strict=True)
+        if normalised and value is not None
     }
 
 
 def relaxed_triples(events: Iterable[Any]) -> list[Triple]:
-    """The list (duplicates kept) of `(event_type, role, str(argument).strip())`.
+    """The list (duplicates kept) of `(event_type, role, str(argument).strip())` whose
+    normalised argument is not empty.
 
     A null argument becomes "None" and is kept, as in the reference.
     """
-    return [(event_type, role, text) for event_type, role, text, _ in _relaxed_arguments(events)]
-
-
-def _relaxed_arguments(
-    events: Iterable[Any], rows: list[ArgumentRow] | None = None
-) -> list[tuple[str, str, str, str]]:
-    """The relaxed triples, each with its argument's `norm` (computed once)."""
-    rows = argument_rows(events) if rows is None else rows
-    texts = [(t, r, argument_text(value).strip()) for t, r, value in rows]
-    normalised = norm_many([text for _, _, text in texts])
+    arguments = read_arguments(events)
     return [
-        (t, r, text, argument)
-        for (t, r, text), argument in zip(texts, normalised, strict=True)
-        if argument
+        (t, r, argument_text(value).strip())
+        for (t, r, value), normalised in zip(arguments.rows, arguments.normalised, strict=True)
+        if normalised
+    ]
+
+
+def _relaxed_arguments(events: Iterable[Any], arguments: Arguments | None) -> list[Triple]:
+    """The relaxed triples with each argument's `norm` in place of its text (empty ones
+    left out: they never match)."""
+    arguments = read_arguments(events) if arguments is None else arguments
+    return [
+        (t, r, normalised)
+        for (t, r, _), normalised in zip(arguments.rows, arguments.normalised, strict=True)
+        if normalised
     ]
 
 
@@ -195,44 +213,53 @@ def relaxed_counts(
     predicted: list[Any],
     gold: list[Any],
     config: RelaxedConfig,
-    rows: tuple[list[ArgumentRow], list[ArgumentRow]] | None = None,
+    arguments: tuple[Arguments, Arguments] | None = None,
 ) -> MatchCounts:
     """Greedy list matching: each predicted triple, in order, takes the first unmatched gold
     triple with the same type and role whose argument matches (`RELAXED_BUDGET` bounds the
-    comparisons of a case). `rows`: the `argument_rows` of both, when already built."""
-    pred_rows, gold_rows = rows if rows is not None else (None, None)
-    pred_list = [
-        (t, r, normalised) for t, r, _, normalised in _relaxed_arguments(predicted, pred_rows)
-    ]
-    gold_list = _relaxed_arguments(gold, gold_rows)
-    unmatched: dict[tuple[str, str], list[str]] = {}
-    for gold_type, gold_role, _, gold_argument in gold_list:
-        unmatched.setdefault((gold_type, gold_role), []).append(gold_argument)
+    comparisons of a case). `arguments`: the `read_arguments` of both, when read."""
+    pred_arguments, gold_arguments = arguments if arguments is not None else (None, None)
+    pred_list = _relaxed_arguments(predicted, pred_arguments)
+    gold_list = _relaxed_arguments(gold, gold_arguments)
+    # A deque: taking a match costs the shorter distance to either end (a list shifts
+    # the whole rest: quadratic when thousands of arguments each take the first).
+    unmatched: dict[tuple[str, str], deque[str]] = {}
+    for gold_type, gold_role, gold_argument in gold_list:
+        group = unmatched.get((gold_type, gold_role))
+        if group is None:
+            unmatched[gold_type, gold_role] = group = deque()
+        group.append(gold_argument)
+    if config.match_mode == "span_iou":
+        return _span_matches(pred_list, unmatched, len(gold_list), config)
     # A predicted argument that matched none of its group's unmatched gold arguments never
     # will: the group only shrinks.
-    unmatchable: set[tuple[str, str, str]] = set()
+    unmatchable: set[Triple] = set()
     char_sets: dict[str, frozenset[str]] = {}
+    threshold = config.char_overlap_threshold
     budget = RELAXED_BUDGET
     tp = 0
-    overlap = config.match_mode != "span_iou"  # its cost and its quick checks inlined
+    # `_normalised_match` and `_comparison_cost` inlined (a comparison took ~1.9 us, most
+    # of it calls): the same decisions, the same budget.
     for position, (pred_type, pred_role, left) in enumerate(pred_list):
         candidates = unmatched.get((pred_type, pred_role))
         if not candidates or (pred_type, pred_role, left) in unmatchable:
             continue
+        left_cost = _COMPARISON_COST + len(left)
+        left_chars = None
         taken = None
         for index, right in enumerate(candidates):
-            if overlap:
-                budget -= _COMPARISON_COST + len(left) + len(right)
-            else:
-                budget -= _comparison_cost(left, right, config)
+            budget -= left_cost + len(right)
             if budget < 0:
                 tp += _equal_matches(pred_list[position:], unmatched)
                 return MatchCounts(tp, len(pred_list), len(gold_list), capped=True)
-            if (
-                left == right
-                or (overlap and (left in right or right in left))
-                or _normalised_match(left, right, config, char_sets)
-            ):
+            if left == right or left in right or right in left:
+                taken = index
+                break
+            if left_chars is None:
+                left_chars = char_sets.get(left) or char_sets.setdefault(left, frozenset(left))
+            right_chars = char_sets.get(right) or char_sets.setdefault(right, frozenset(right))
+            common = len(left_chars & right_chars)
+            if common / (len(left_chars) + len(right_chars) - common) >= threshold:
                 taken = index
                 break
         if taken is None:
@@ -243,7 +270,38 @@ def relaxed_counts(
     return MatchCounts(tp, len(pred_list), len(gold_list))
 
 
-def _equal_matches(pred_list: list[Triple], unmatched: dict[tuple[str, str], list[str]]) -> int:
+def _span_matches(
+    pred_list: list[Triple],
+    unmatched: dict[tuple[str, str], deque[str]],
+    gold_total: int,
+    config: RelaxedConfig,
+) -> MatchCounts:
+    """`relaxed_counts` in `span_iou` mode (comparisons cost their characters)."""
+    unmatchable: set[Triple] = set()
+    budget = RELAXED_BUDGET
+    tp = 0
+    for position, (pred_type, pred_role, left) in enumerate(pred_list):
+        candidates = unmatched.get((pred_type, pred_role))
+        if not candidates or (pred_type, pred_role, left) in unmatchable:
+            continue
+        taken = None
+        for index, right in enumerate(candidates):
+            budget -= _comparison_cost(left, right, config)
+            if budget < 0:
+                tp += _equal_matches(pred_list[position:], unmatched)
+                return MatchCounts(tp, len(pred_list), gold_total, capped=True)
+            if left == right or _normalised_match(left, right, config, {}):
+                taken = index
+                break
+        if taken is None:
+            unmatchable.add((pred_type, pred_role, left))
+        else:
+            del candidates[taken]
+            tp += 1
+    return MatchCounts(tp, len(pred_list), gold_total)
+
+
+def _equal_matches(pred_list: list[Triple], unmatched: dict[tuple[str, str], deque[str]]) -> int:
     """Matches of the predicted triples (arguments normalised) with unmatched gold ones."""
     remaining = Counter(
         (group, argument) for group, arguments in unmatched.items() for argument in arguments

@@ -15,7 +15,7 @@ from worker.suites.extraction.hallucination import HallucinationCheck, check_hal
 from worker.suites.extraction.matching import (
     MatchCounts,
     Triple,
-    argument_rows,
+    read_arguments,
     relaxed_counts,
     strict_set_counts,
     strict_triples,
@@ -83,7 +83,7 @@ def _cot_counts(cot: CotCheck | None) -> dict[str, int]:
 
 
 def _triple_texts(triples: set[tuple[str, str, str]]) -> list[JsonValue]:
-    return [f"{t}|{r}|{a}" for t, r, a in sorted(triples)]
+    return list(map("|".join, sorted(triples)))
 
 
 def _details(
@@ -116,8 +116,8 @@ def _details(
             "checked": hallucination.checked,
             "arguments_checked": hallucination.total,
             "unsupported": [
-                {"event_type": u.event_type, "role": u.role, "argument": u.argument}
-                for u in hallucination.unsupported
+                {"event_type": event_type, "role": role, "argument": argument}
+                for event_type, role, argument in hallucination.unsupported
             ],
             "by_event_role": dict(hallucination.breakdown()),
         },
@@ -142,10 +142,11 @@ def score_case(payload: ExtractionPayload, ctx: ExtractionContext) -> Scored:
     predicted = parsed.events
     gold = [event.model_dump() for event in payload.gold]
 
-    rows = argument_rows(predicted), argument_rows(gold)  # read once for both matchings
-    pred_set, gold_set = strict_triples(predicted, rows[0]), strict_triples(gold, rows[1])
+    arguments = read_arguments(predicted), read_arguments(gold)  # once for both matchings
+    pred_set = strict_triples(predicted, arguments[0])
+    gold_set = strict_triples(gold, arguments[1])
     strict = strict_set_counts(pred_set, gold_set)
-    relaxed = relaxed_counts(predicted, gold, metrics.relaxed, rows)
+    relaxed = relaxed_counts(predicted, gold, metrics.relaxed, arguments)
     types = type_counts(predicted, gold)
     compliance = check_compliance(predicted, metrics.schema_.mode, schema)
     hallucination = check_hallucination(predicted, payload.text, metrics.hallucination.match_mode)
