@@ -78,28 +78,39 @@ class Arguments:
     """The valid arguments of some events (see `_valid_arguments`), read and normalised
     once for both strict and relaxed matching."""
 
-    rows: list[ArgumentRow]  # (event type, role, raw argument)
-    # `norm(str(argument))` of each row, a null argument as "None" ("none"). Strict
-    # matching leaves nulls out; relaxed matching's `norm(str(argument).strip())` is the
-    # same text (`str.strip` and `norm` remove the same whitespace characters).
-    normalised: list[str]
+    # `(event type, role, norm(str(argument)))` of every argument whose normalised text
+    # is not empty, in order, a null argument as "None" ("none"): the relaxed list
+    # (`norm(str(argument).strip())` is the same text: `str.strip` and `norm` remove the
+    # same whitespace characters).
+    relaxed: list[Triple]
+    strict: set[Triple]  # the same as a set, null arguments left out
+
+
+def arguments_of(rows: Iterable[ArgumentRow]) -> Arguments:
+    """`Arguments` of `(event type, role, raw argument)` rows of valid arguments."""
+    rows = list(rows)
+    values = [value for _, _, value in rows]
+    normalised = norm_many([value if isinstance(value, str) else str(value) for value in values])
+    relaxed = [(t, r, text) for (t, r, _), text in zip(rows, normalised, strict=True) if text]
+    if None not in values:
+        return Arguments(relaxed, set(relaxed))  # the same tuples, not built twice
+    strict = {
+        (t, r, text)
+        for (t, r, value), text in zip(rows, normalised, strict=True)
+        if text and value is not None
+    }
+    return Arguments(relaxed, strict)
 
 
 def read_arguments(events: Iterable[Any]) -> Arguments:
-    """The events' valid arguments with their normalised texts."""
-    rows = [row for event in events for row in _valid_arguments(event)]
-    return Arguments(rows, norm_many([argument_text(value) for _, _, value in rows]))
+    """The `Arguments` of events as parsed (dicts; anything else is skipped)."""
+    return arguments_of([row for event in events for row in _valid_arguments(event)])
 
 
-def strict_triples(events: Iterable[Any], arguments: Arguments | None = None) -> set[Triple]:
+def strict_triples(events: Iterable[Any]) -> set[Triple]:
     """The set of `(event_type, role, norm(argument))` with a non-null argument whose
-    normalised text is not empty (`arguments`: the events' `read_arguments`, when read)."""
-    arguments = read_arguments(events) if arguments is None else arguments
-    return {
-        (t, r, normalised)
-        for (t, r, value), normalised in zip(arguments.rows, arguments.normalised, strict=True)
-        if normalised and value is not None
-    }
+    normalised text is not empty."""
+    return read_arguments(events).strict
 
 
 def relaxed_triples(events: Iterable[Any]) -> list[Triple]:
@@ -108,22 +119,9 @@ def relaxed_triples(events: Iterable[Any]) -> list[Triple]:
 
     A null argument becomes "None" and is kept, as in the reference.
     """
-    arguments = read_arguments(events)
+    rows = [row for event in events for row in _valid_arguments(event)]
     return [
-        (t, r, argument_text(value).strip())
-        for (t, r, value), normalised in zip(arguments.rows, arguments.normalised, strict=True)
-        if normalised
-    ]
-
-
-def _relaxed_arguments(events: Iterable[Any], arguments: Arguments | None) -> list[Triple]:
-    """The relaxed triples with each argument's `norm` in place of its text (empty ones
-    left out: they never match)."""
-    arguments = read_arguments(events) if arguments is None else arguments
-    return [
-        (t, r, normalised)
-        for (t, r, _), normalised in zip(arguments.rows, arguments.normalised, strict=True)
-        if normalised
+        (t, r, argument_text(value).strip()) for t, r, value in rows if norm(argument_text(value))
     ]
 
 
@@ -201,26 +199,26 @@ def _comparison_cost(left: str, right: str, config: RelaxedConfig) -> int:
 
 def strict_counts(predicted: list[Any], gold: list[Any]) -> MatchCounts:
     """Strict set matching of normalised triples."""
-    return strict_set_counts(strict_triples(predicted), strict_triples(gold))
+    return set_counts(strict_triples(predicted), strict_triples(gold))
 
 
-def strict_set_counts(pred_set: set[Triple], gold_set: set[Triple]) -> MatchCounts:
-    """Strict counts of triple sets already built with `strict_triples`."""
-    return MatchCounts(len(pred_set & gold_set), len(pred_set), len(gold_set))
+def set_counts(predicted: set[Any], gold: set[Any]) -> MatchCounts:
+    """Counts of two sets: strict triples (`Arguments.strict`) or event types."""
+    return MatchCounts(len(predicted & gold), len(predicted), len(gold))
 
 
-def relaxed_counts(
-    predicted: list[Any],
-    gold: list[Any],
-    config: RelaxedConfig,
-    arguments: tuple[Arguments, Arguments] | None = None,
+def relaxed_counts(predicted: list[Any], gold: list[Any], config: RelaxedConfig) -> MatchCounts:
+    """Greedy list matching of parsed events (see `relaxed_argument_counts`)."""
+    return relaxed_argument_counts(read_arguments(predicted), read_arguments(gold), config)
+
+
+def relaxed_argument_counts(
+    predicted: Arguments, gold: Arguments, config: RelaxedConfig
 ) -> MatchCounts:
     """Greedy list matching: each predicted triple, in order, takes the first unmatched gold
     triple with the same type and role whose argument matches (`RELAXED_BUDGET` bounds the
-    comparisons of a case). `arguments`: the `read_arguments` of both, when read."""
-    pred_arguments, gold_arguments = arguments if arguments is not None else (None, None)
-    pred_list = _relaxed_arguments(predicted, pred_arguments)
-    gold_list = _relaxed_arguments(gold, gold_arguments)
+    comparisons of a case)."""
+    pred_list, gold_list = predicted.relaxed, gold.relaxed
     # A deque: taking a match costs the shorter distance to either end (a list shifts
     # the whole rest: quadratic when thousands of arguments each take the first).
     unmatched: dict[tuple[str, str], deque[str]] = {}
@@ -240,9 +238,10 @@ def relaxed_counts(
     tp = 0
     # `_normalised_match` and `_comparison_cost` inlined (a comparison took ~1.9 us, most
     # of it calls): the same decisions, the same budget.
-    for position, (pred_type, pred_role, left) in enumerate(pred_list):
+    for position, triple in enumerate(pred_list):
+        pred_type, pred_role, left = triple
         candidates = unmatched.get((pred_type, pred_role))
-        if not candidates or (pred_type, pred_role, left) in unmatchable:
+        if not candidates or triple in unmatchable:
             continue
         left_cost = _COMPARISON_COST + len(left)
         left_chars = None
@@ -263,7 +262,7 @@ def relaxed_counts(
                 taken = index
                 break
         if taken is None:
-            unmatchable.add((pred_type, pred_role, left))
+            unmatchable.add(triple)
         else:
             del candidates[taken]
             tp += 1
@@ -317,5 +316,4 @@ def _equal_matches(pred_list: list[Triple], unmatched: dict[tuple[str, str], deq
 
 def type_counts(predicted: list[Any], gold: list[Any]) -> MatchCounts:
     """Event type set overlap."""
-    pred_types, gold_types = event_types(predicted), event_types(gold)
-    return MatchCounts(len(pred_types & gold_types), len(pred_types), len(gold_types))
+    return set_counts(event_types(predicted), event_types(gold))
