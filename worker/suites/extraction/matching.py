@@ -86,13 +86,12 @@ class Arguments:
     strict: set[Triple]  # the same as a set, null arguments left out
 
 
-def arguments_of(rows: Iterable[ArgumentRow]) -> Arguments:
+def arguments_of(rows: list[ArgumentRow]) -> Arguments:
     """`Arguments` of `(event type, role, raw argument)` rows of valid arguments."""
-    rows = list(rows)
-    values = [value for _, _, value in rows]
-    normalised = norm_many([value if isinstance(value, str) else str(value) for value in values])
+    texts = [value if isinstance(value, str) else str(value) for _, _, value in rows]
+    normalised = norm_many(texts)
     relaxed = [(t, r, text) for (t, r, _), text in zip(rows, normalised, strict=True) if text]
-    if None not in values:
+    if "None" not in texts or all(value is not None for _, _, value in rows):
         return Arguments(relaxed, set(relaxed))  # the same tuples, not built twice
     strict = {
         (t, r, text)

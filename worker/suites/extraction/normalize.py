@@ -30,7 +30,10 @@ def norm_many(values: list[Any]) -> list[str]:
     joined = _SEPARATOR.join(texts)
     if not texts or not joined.isascii() or joined.count(_SEPARATOR) != len(texts) - 1:
         return [norm(value) for value in values]
-    return strip_whitespace(joined).lower().split(_SEPARATOR)
+    normalised = strip_whitespace(joined).lower()
+    if normalised == joined:  # nothing to change: the texts themselves, no new strings
+        return texts
+    return normalised.split(_SEPARATOR)
 
 
 def strip_whitespace(text: str) -> str:
@@ -48,7 +51,10 @@ def strip_whitespace_many(texts: list[str]) -> list[str]:
     joined = _SEPARATOR.join(texts)
     if not texts or joined.count(_SEPARATOR) != len(texts) - 1:
         return [strip_whitespace(text) for text in texts]
-    return strip_whitespace(joined).split(_SEPARATOR)
+    stripped = strip_whitespace(joined)
+    if len(stripped) == len(joined):  # no whitespace: the texts themselves
+        return texts[:]
+    return stripped.split(_SEPARATOR)
 
 
 def label_text(value: Any) -> str:

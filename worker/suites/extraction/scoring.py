@@ -149,11 +149,13 @@ def _gold_arguments(gold: list[GoldEvent]) -> Arguments:
     """The gold events' `Arguments`, read from the validated models (what
     `read_arguments` reads from their `model_dump()`, without building the dicts)."""
     return arguments_of(
-        (event.event_type, argument.role, argument.argument)
-        for event in gold
-        if event.event_type
-        for argument in event.arguments
-        if argument.role
+        [
+            (event.event_type, argument.role, argument.argument)
+            for event in gold
+            if event.event_type
+            for argument in event.arguments
+            if argument.role
+        ]
     )
 
 
