@@ -331,12 +331,8 @@ def alignment_cases() -> list[Case]:
     lexicon = Lexicon(preferred=["happy to help", "right away"], avoided=["no worries", "crap"])
 
     def all_traits(text: str) -> Any:
-        return (
-            traits.detect_formality(text),
-            traits.detect_tone(text),
-            traits.detect_verbosity(text),
-            lexicon.score(text),
-        )
+        # What `score_turn` runs without a sentence vector: the cues, verbosity, lexicon.
+        return traits.match_traits(text, {}), lexicon.score(text)
 
     def judge(text: str) -> Any:
         try:

@@ -253,7 +253,7 @@ def score_turn(
         mismatched_traits=traits.mismatched,
         preferred_found=lexicon.preferred_found if lexicon else [],
         avoided_found=lexicon.avoided_found if lexicon else {},
-        word_count=word_count(text),
+        word_count=traits.word_count,
         keyword_safety=safety.keyword_safety,
         classifier=safety.classifier,
     )
