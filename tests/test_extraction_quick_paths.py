@@ -173,7 +173,7 @@ def test_hallucination_breakdown_adds_pairs_that_make_the_same_key() -> None:
 def test_the_case_scorer_gives_the_collector_back_as_it_found_it() -> None:
     spec = registry.find("extraction")
     assert spec is not None and spec.case_scorer is not None
-    score = spec.case_scorer(Settings())
+    score = spec.case_scorer(spec.section(Settings()))
     payload = ExtractionPayload.model_validate(
         {"text": "a b", "gold": [], "response": '[{"event_type": "t", "arguments": []}]'}
     )
