@@ -12,10 +12,15 @@ answer within 20 ms). Between rates the input rests until every result arrived.
 
 Figures per rate and round:
 - result latency p50 / p99: produce -> result read back, in ms;
+- behind: the last result read back - the last case sent, in s (more than a fraction of
+  a second: the worker did not keep up with the rate, and both latencies measure its
+  backlog);
 - final delay: for each final 60 s all-cases window whose end + grace passed while the
   rate was being sent, how long after end + grace its final arrived (the watermark can
   only pass end + grace once a case stamped after it was read, so this includes that
-  case's own trip), min / median / max in s.
+  case's own trip), min / median / max in s; in brackets, how long after its cases the
+  final arrived: after the first result stamped at or past end + grace was read back on
+  every input partition (what the watermark's own path adds, without the cases' trip).
 
 The summary gives, over rounds (min / median / max), the p99 of each rate, the ratio
 p99(highest rate) / p99(lowest rate) of each round, and the final delays. Targets (issue
@@ -57,7 +62,7 @@ from worker.ops.broker import EmbeddedBroker  # noqa: E402
 PARTITIONS = stream_bench.PARTITIONS
 READ_WAIT_MS = 20  # the readers' fetch wait (Tansu answers late in the wait)
 STARTUP_S = 180.0
-DRAIN_S = 30.0  # the longest to wait for the last results of a rate
+DRAIN_S = 120.0  # the longest to wait for the last results of a rate
 RATIO_TARGET = 3.0  # p99(1,500/s) / p99(300/s)
 FINAL_DELAY_TARGET = 1.0  # seconds after window end + grace
 
@@ -71,8 +76,11 @@ class Phase:
     end: float = math.nan
     sent: dict[str, float] = field(default_factory=dict)
     latencies_ms: list[float] = field(default_factory=list)
+    stamped: dict[str, float] = field(default_factory=dict)  # id -> ts, in s
     final_delays: list[float] = field(default_factory=list)  # s after end + grace
+    after_cases: list[float] = field(default_factory=list)  # s after the passing cases
     worker_cpu: float = math.nan  # seconds of the worker's process tree
+    behind: float = math.nan  # the last result read back - the last case sent, in s
 
     @property
     def p50(self) -> float:
@@ -88,6 +96,7 @@ class Readers:
     """What the worker published, with the wall time it was read."""
 
     results: dict[str, float] = field(default_factory=dict)  # id -> read at
+    partition: dict[str, int] = field(default_factory=dict)  # id -> input partition
     finals: dict[int, float] = field(default_factory=dict)  # 60 s window start (ms) -> read at
 
 
@@ -97,7 +106,10 @@ async def read_results(consumer: AIOKafkaConsumer, readers: Readers) -> None:
         now = time.time()
         for messages in batches.values():
             for message in messages:
-                readers.results.setdefault(str(orjson.loads(message.value)["id"]), now)
+                result = orjson.loads(message.value)
+                ident = str(result["id"])
+                readers.results.setdefault(ident, now)
+                readers.partition[ident] = int(result["source"]["partition"])
 
 
 async def read_finals(consumer: AIOKafkaConsumer, readers: Readers) -> None:
@@ -121,12 +133,13 @@ class Envelopes:
         self.tag = tag
         self.made = 0
 
-    def next(self) -> tuple[str, bytes]:
+    def next(self) -> tuple[str, bytes, float]:
+        """(id, value, ts in s)"""
         record = dict(self.examples[self.made % len(self.examples)])
         record["id"] = f"{self.tag}-{self.made}"
         record["ts"] = int(time.time() * 1000)
         self.made += 1
-        return record["id"], orjson.dumps(record)
+        return record["id"], orjson.dumps(record), record["ts"] / 1000
 
 
 async def send_at_rate(
@@ -141,8 +154,9 @@ async def send_at_rate(
             break
         due = int(elapsed * phase.rate) + 1
         while count < due:
-            ident, value = envelopes.next()
+            ident, value, ts = envelopes.next()
             phase.sent[ident] = time.time()
+            phase.stamped[ident] = ts
             await producer.send(topic, value, key=record_key(value))
             count += 1
         await asyncio.sleep(max(0.0, (count / phase.rate) - (time.time() - phase.start)))
@@ -169,12 +183,15 @@ async def run_phase(
     phase.worker_cpu = peer.tree_cpu(worker.pid) - cpu_before
     await asyncio.sleep(grace + 2.0)  # a final that is due now has time to arrive
     missing = 0
+    last_read = phase.end
     for ident, sent in phase.sent.items():
         read = readers.results.get(ident)
         if read is None:
             missing += 1
         else:
             phase.latencies_ms.append((read - sent) * 1000)
+            last_read = max(last_read, read)
+    phase.behind = last_read - phase.end
     if missing:
         print(f"  ! {missing} of {len(phase.sent)} results missing after {DRAIN_S:.0f}s")
     for start_ms in range(int(phase.start // 60 - 1) * 60_000, int(phase.end * 1000), 60_000):
@@ -183,7 +200,23 @@ async def run_phase(
             continue
         read = readers.finals.get(start_ms)
         phase.final_delays.append(math.inf if read is None else read - closes)
+        counted = passing_cases_read(phase, readers, closes)
+        phase.after_cases.append(math.inf if read is None else read - counted)
     return phase
+
+
+def passing_cases_read(phase: Phase, readers: Readers, closes: float) -> float:
+    """When the watermark could first pass `closes`: once every input partition had a case
+    stamped at or after it scored (the latest, over partitions, of the first such result
+    read back on each)."""
+    first: dict[int, float] = {}
+    for ident, ts in phase.stamped.items():
+        read = readers.results.get(ident)
+        if ts < closes or read is None:
+            continue
+        partition = readers.partition[ident]
+        first[partition] = min(read, first.get(partition, math.inf))
+    return max(first.values()) if len(first) == PARTITIONS else math.nan
 
 
 def spread(values: list[float], digits: int) -> str:
@@ -198,21 +231,25 @@ def report(rounds: list[list[Phase]], rates: list[float]) -> bool:
     print(
         "\nlatency in ms: produce -> result read back; final delay in s: final 60 s "
         "all-cases window read back - (window end + grace), windows closing during traffic;"
-        "\nworker cpu: the worker process tree's CPU seconds per 1,000 cases"
+        "\nworker cpu: the worker process tree's CPU seconds per 1,000 cases; behind: the "
+        "last result read back - the last case sent, in s (large: the worker fell behind)"
     )
     header = (
         f"{'round':>5}{'rate/s':>8}{'cases':>8}{'p50 ms':>9}{'p99 ms':>9}"
-        f"{'cpu/1k':>8}  final delay s (each window)"
+        f"{'cpu/1k':>8}{'behind':>8}  final delay s (after its cases s), each window"
     )
     print(header)
     print("-" * len(header))
     for index, phases in enumerate(rounds):
         for phase in sorted(phases, key=lambda p: p.rate):
-            delays = ", ".join("never" if math.isinf(d) else f"{d:.2f}" for d in phase.final_delays)
+            delays = ", ".join(
+                "never" if math.isinf(d) else f"{d:.2f} ({after:.2f})"
+                for d, after in zip(phase.final_delays, phase.after_cases, strict=True)
+            )
             cpu = phase.worker_cpu * 1000 / max(1, len(phase.sent))
             print(
                 f"{index + 1:>5}{phase.rate:>8,.0f}{len(phase.sent):>8}{phase.p50:>9,.0f}"
-                f"{phase.p99:>9,.0f}{cpu:>8.2f}  {delays or '-'}"
+                f"{phase.p99:>9,.0f}{cpu:>8.2f}{phase.behind:>8.1f}  {delays or '-'}"
             )
     low, high = min(rates), max(rates)
     ratios = []
@@ -235,6 +272,10 @@ def report(rounds: list[list[Phase]], rates: list[float]) -> bool:
             delay for phases in rounds for p in phases if p.rate == rate for delay in p.final_delays
         ]
         print(f"  final delay at {rate:,.0f}/s: {spread(per_rate, 2)} s ({len(per_rate)} windows)")
+        after = [
+            delay for phases in rounds for p in phases if p.rate == rate for delay in p.after_cases
+        ]
+        print(f"    of which after its cases were scored: {spread(after, 2)} s")
     print(
         f"  every final during traffic <= {FINAL_DELAY_TARGET:g} s after end + grace: "
         f"{'met' if delays_ok else 'NOT met'}"
@@ -253,7 +294,7 @@ async def wait_ready(
     deadline = time.time() + STARTUP_S
     sent: list[str] = []
     while time.time() < deadline and worker.poll() is None:
-        ident, value = envelopes.next()
+        ident, value, _ = envelopes.next()
         sent.append(ident)
         await producer.send_and_wait(topic, value, key=record_key(value))
         await asyncio.sleep(0.5)
@@ -324,7 +365,8 @@ async def main(args: argparse.Namespace) -> int:
                         args.grace,
                     )
                     print(
-                        f"  p50 {phase.p50:,.0f} ms, p99 {phase.p99:,.0f} ms, final delays "
+                        f"  p50 {phase.p50:,.0f} ms, p99 {phase.p99:,.0f} ms, behind "
+                        f"{phase.behind:.1f} s, final delays "
                         f"{[round(d, 2) for d in phase.final_delays]}",
                         flush=True,
                     )
