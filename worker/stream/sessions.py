@@ -30,7 +30,7 @@ from worker.input.unknown_fields import unknown_fields, with_unknown_fields
 from worker.ops.telemetry import EMBEDDING_SKIPPED_OVERLOAD
 from worker.scoring_pool import Outcome
 from worker.stream.context import StreamContext, event_context, run_to_completion
-from worker.stream.publish import OutputTooLarge, marker_of
+from worker.stream.publish import OutputTooLarge, markers_of
 from worker.stream.scoring import INPUT_GROUP, observe
 from worker.suites import registry
 from worker.suites.base import SessionSuite, TurnInput
@@ -76,6 +76,7 @@ class SessionStage:
         self.hooks: SessionSuite = context.suites.sessions
         self.sessions = sessions
         self.progress = ProgressTable(progress, PROGRESS_PREFIX, {INPUT_GROUP: 0})
+        self._forward: dict[int, Marker] = {}  # partition -> watermark to pass on
         self.executor = executor
         self.judge = self.hooks.make_judge(context.telemetry.record_judge_error)
         self.encoder_pace = EncoderPace()
@@ -139,9 +140,9 @@ class SessionStage:
                 count = len(texts_of(data))
                 with event_context(event):
                     try:
-                        marker = marker_of(data)
-                        if marker is not None:
-                            await self.on_marker(event.message.partition, marker)
+                        markers = markers_of(data)
+                        if markers:
+                            await self.on_markers(event.message.partition, markers)
                             continue
                         span = slice(cursor, cursor + count)
                         await self._apply(event, data, vectors[span], scored[span])
@@ -149,6 +150,7 @@ class SessionStage:
                         log.exception("session stage: unexpected failure on a message")
                     finally:
                         cursor += count
+        await self.forward_progress()
 
     def _embed(self, texts: list[str]) -> Any:
         """Encode `texts` (in the executor) and keep the encoder's pace up to date."""
@@ -184,16 +186,26 @@ class SessionStage:
     def watermark(self, partition: int) -> Watermark:
         return self.progress.watermark(partition)
 
-    async def on_marker(self, partition: int, marker: Marker) -> None:
-        """Take an input partition's progress; expire idle sessions; pass it on."""
-        moved = self.progress.observe(partition, marker)
+    async def on_markers(self, partition: int, markers: Sequence[Marker]) -> None:
+        """Take input partitions' progress; expire idle sessions; pass the partition's
+        watermark on (with the batch's other partitions', at the end of the batch)."""
+        moved = False
+        for marker in markers:
+            moved |= self.progress.observe(partition, marker)
         self.progress.flush(partition)  # sessions are written as they change, so is progress
         current = self.progress.value(partition)
         if not moved or current is None:
             return
         await self.expire(partition, current)
-        forwarded = Marker(SESSION_GROUP, partition, self.settings.stream.partitions, current)
-        await self.publisher.marker(self.publisher.topics.aggregate_input, forwarded)
+        count = self.settings.stream.partitions
+        self._forward[partition] = Marker(SESSION_GROUP, partition, count, current)
+
+    async def forward_progress(self) -> None:
+        """Send the watermarks the batch moved, as one marker record to every partition of
+        the aggregation stage's topic, after every session result of the batch."""
+        forward, self._forward = self._forward, {}
+        markers = [forward[partition] for partition in sorted(forward)]
+        await self.publisher.markers(self.publisher.topics.aggregate_input, markers)
 
     async def expire(self, partition: int, watermark: float) -> None:
         """Close the sessions of `partition` idle for the timeout in event time, and drop
