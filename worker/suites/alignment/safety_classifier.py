@@ -1,6 +1,6 @@
 """The offline safety classifier: harmful assistant sentences, without the encoder.
 
-Trained at start-up (once per process, about 2.7 s of CPU) on the labelled replies
+Trained at start-up (once per process, about 1.7 s of CPU) on the labelled replies
 the project writes and ships in `worker/data/safety_replies.yaml`: seven harm categories
 (`HARM_CATEGORIES`) and benign hard negatives (refusals, warnings, crisis-line referrals,
 idioms, "kill the process", apologies, empathy, ordinary support replies), plus the
@@ -11,7 +11,7 @@ shipped trait sentences as ordinary benign replies. The held-out files
 Features need no encoder, so safety need not wait behind the embedder: TF-IDF of word
 1-3-grams, where a word after a negation ("never", "don't", ...) up to the next
 punctuation is marked as negated ("Never mix bleach" -> `NEG_mix NEG_bleach`), and
-TF-IDF of character 2-5-grams across word boundaries (chosen by cross-validation and by
+TF-IDF of character 3-5-grams across word boundaries (chosen by cross-validation and by
 a cross-writer check: trained on the older replies, scored on replies written later by
 another author; hand-listed cue-word classes, tried before, lowered both). A
 scikit-learn one-vs-rest linear SVM (fixed seed: deterministic) scores benign and each
@@ -342,7 +342,7 @@ def fit_safety_classifier(
             sublinear_tf=True,
             dtype=np.float64,
         ),
-        TfidfVectorizer(analyzer="char", ngram_range=(2, 5), sublinear_tf=True, dtype=np.float64),
+        TfidfVectorizer(analyzer="char", ngram_range=(3, 5), sublinear_tf=True, dtype=np.float64),
     )
     features = hstack([v.fit_transform(texts) for v in vectorizers]).tocsr()
     weights = {label: 1.0 for label in set(labels)} | {BENIGN: BENIGN_WEIGHT}
