@@ -213,12 +213,14 @@ class Publisher:
         result: CaseResult,
         aggregate: bool = True,
         batch: Contributions | None = None,
+        value: bytes | None = None,
     ) -> None:
         """Publish a result and, when windows count it, its per-segment contributions:
         sent now, or collected in `batch` to go out with the batch's (`contribute`).
-        Every record is checked first: `OutputTooLarge` means none of them was sent or
-        collected."""
-        value = result.model_dump_json().encode("utf-8")
+        `value`: the result serialized already (by a scoring child). Every record is
+        checked first: `OutputTooLarge` means none of them was sent or collected."""
+        if value is None:
+            value = result.model_dump_json().encode("utf-8")
         key = input_records.result_key(result.suite, result.id).encode("utf-8")
         self.check_size(self.topics.results, key, value)
         segments = self._segments(result) if aggregate else ()
