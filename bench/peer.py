@@ -223,7 +223,9 @@ class Outcome:
         times = sorted(self.arrivals)
         marks = (0.1, 0.25, 0.5, 0.75, 0.9, 1.0)
         picks = [times[max(0, math.ceil(share * len(times)) - 1)] - times[0] for share in marks]
-        return " ".join(f"{int(share * 100)}%:{pick:.1f}" for share, pick in zip(marks, picks))
+        return " ".join(
+            f"{int(share * 100)}%:{pick:.1f}" for share, pick in zip(marks, picks, strict=True)
+        )
 
     @property
     def results_rate(self) -> float:
