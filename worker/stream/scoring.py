@@ -83,8 +83,8 @@ class ScoreStage:
             await run_to_completion(self.process_batch(list(events)))
 
     async def process_batch(self, events: list[EventT]) -> None:
-        """Score a micro-batch in order. Its results go out together at the end, one
-        record batch per partition, then its contributions to the windows, combined
+        """Score a micro-batch in order. Its results go out as they are scored (a record
+        batch per partition per chunk), then its contributions to the windows, combined
         into one record per suite|segment; only then does each partition's progress
         count the batch (its markers must follow the contributions they cover)."""
         self._observed.clear()
@@ -158,7 +158,8 @@ class ScoreStage:
         under `limits.scoring_deadline`: decoding, validation, scoring, the result), then
         publish, forward or dead-letter each, in order; the event time of each record that
         had a usable one. Pipelined: a chunk is scored while the next is handed over and
-        the previous one's results are published."""
+        the previous one's results are published: with a `batch`, its results go out every
+        `CHUNK_RECORDS` (not at the batch's end; the contributions still do)."""
         prepared: list[_Pending | datetime | None] = []
         scoring: list[asyncio.Future[list[Outcome]]] = []
         waiting: list[_Pending] = []
@@ -197,6 +198,8 @@ class ScoreStage:
             if isinstance(item, _Pending):
                 outcome = await anext(outcomes)
                 item = await self._guarded(self._finish(item, outcome, batch), event, source)
+                if batch is not None and len(batch.results) >= CHUNK_RECORDS:
+                    await self.publisher.send_results(batch)  # out now, not after the batch
             event_times.append(item)
         return event_times
 
