@@ -87,7 +87,7 @@ def extraction_scorer(payload: dict[str, Any], cot_required: bool = True) -> Cal
     record = decode_record(orjson.dumps(envelope), RECORD_LIMIT)
     spec = registry.find("extraction")
     assert spec is not None and spec.case_scorer is not None
-    score = spec.case_scorer(settings)
+    score = spec.case_scorer(spec.section(settings))
     return lambda: score(record.payload)  # type: ignore[arg-type]
 
 
@@ -202,7 +202,7 @@ def safe_scorer(payload: dict[str, Any]) -> Callable[[], Any]:
     record = decode_record(orjson.dumps(envelope), RECORD_LIMIT)
     spec = registry.find("safe")
     assert spec is not None and spec.case_scorer is not None
-    score = spec.case_scorer(Settings())
+    score = spec.case_scorer(spec.section(Settings()))
     return lambda: score(record.payload)  # type: ignore[arg-type]
 
 
@@ -331,12 +331,8 @@ def alignment_cases() -> list[Case]:
     lexicon = Lexicon(preferred=["happy to help", "right away"], avoided=["no worries", "crap"])
 
     def all_traits(text: str) -> Any:
-        return (
-            traits.detect_formality(text),
-            traits.detect_tone(text),
-            traits.detect_verbosity(text),
-            lexicon.score(text),
-        )
+        # What `score_turn` runs without a sentence vector: the cues, verbosity, lexicon.
+        return traits.match_traits(text, {}), lexicon.score(text)
 
     def judge(text: str) -> Any:
         try:

@@ -81,7 +81,9 @@ def session_scores(settings: Settings, embedder: Embedder) -> dict[str, dict[str
     scores: dict[str, dict[str, float]] = {}
     for path in SESSION_FILES:
         scorers = Scorers(settings, BatchOptions())
-        scorers._scorers["alignment"] = make_batch_scorer(settings, BatchOptions(), embedder)
+        scorers._scorers["alignment"] = make_batch_scorer(
+            settings.alignment, BatchOptions(), embedder
+        )
         items: list[BatchItem] = []
         for row in read_rows(path):
             try:

@@ -72,7 +72,7 @@ def benign_replies() -> list[tuple[str, str]]:
     for line in (EXAMPLES / "alignment" / "envelopes.jsonl").read_bytes().splitlines():
         if line.strip():
             payload = orjson.loads(line)["payload"]
-            if score_safety(payload["text"], settings).safety == 1.0:
+            if score_safety(payload["text"], settings.alignment).safety == 1.0:
                 out.append((payload["persona_id"], payload["text"]))
     return out
 

@@ -544,8 +544,8 @@ def quix_worker(config_path: Path) -> None:
     config = orjson.loads(config_path.read_bytes())
     settings = load_settings(None, overrides=config["settings"], environ={})
     spec = registry.get("safe")
-    score_case = spec.case_scorer(settings)  # type: ignore[misc]
-    versions = spec.versions(settings)
+    score_case = spec.case_scorer(spec.section(settings))  # type: ignore[misc]
+    versions = spec.versions(spec.section(settings))
     limits = settings.limits
     grace_ms = round(settings.grace * 1000)
 

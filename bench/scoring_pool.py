@@ -51,9 +51,9 @@ def inline_rate(settings: Settings, cases: list[tuple[str, Any, int]]) -> float:
         payload = input_records.decode_record(line, settings.max_record_bytes, settings.limits)
         scorer = scorers.get(suite)
         if scorer is None:
-            factory = registry.get(suite).case_scorer
-            assert factory is not None
-            scorer = scorers[suite] = factory(settings)
+            spec = registry.get(suite)
+            assert spec.case_scorer is not None
+            scorer = scorers[suite] = spec.case_scorer(spec.section(settings))
         scorer(payload.payload)
     return len(cases) / (time.perf_counter() - started)
 

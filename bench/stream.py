@@ -243,9 +243,10 @@ def case_result(
     )
 
 
-async def fresh_consumer(bootstrap: str, topic: str) -> AIOKafkaConsumer:
-    """A group-less consumer positioned at the current end of `topic`."""
-    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=None)
+async def fresh_consumer(bootstrap: str, topic: str, **options: Any) -> AIOKafkaConsumer:
+    """A group-less consumer positioned at the current end of `topic` (`options`: more
+    `AIOKafkaConsumer` settings)."""
+    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=None, **options)
     await consumer.start()
     while not consumer.assignment():
         await asyncio.sleep(0.05)
@@ -421,7 +422,7 @@ class EncodeLog:
 
 def classifier_ms_per_turn(settings: Settings, texts: list[str]) -> float:
     """Milliseconds the safety classifier takes per assistant turn (0 when disabled)."""
-    classifier = classifier_from_settings(settings)
+    classifier = classifier_from_settings(settings.alignment)
     if classifier is None:
         return 0.0
     classifier.classify(texts[0])

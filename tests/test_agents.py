@@ -163,7 +163,7 @@ async def test_oversized_records_are_dead_letters_with_the_raw_value_cut() -> No
 
 def buggy_safe_scorer(settings: Any) -> CaseScorer:
     """SAFE's case scorer with a bug: it raises on the summary "boom"."""
-    score = safe_case_scorer(settings)
+    score = safe_case_scorer(settings.safe)
 
     def scored(payload: Any) -> Any:
         if payload.output.summary == "boom":
@@ -176,7 +176,7 @@ def buggy_safe_scorer(settings: Any) -> CaseScorer:
 def spinning_safe_scorer(settings: Any) -> CaseScorer:
     """SAFE's case scorer that never returns on the summary "spin" (as a backtracking
     regex would: pure CPU, holding the GIL)."""
-    score = safe_case_scorer(settings)
+    score = safe_case_scorer(settings.safe)
 
     def scored(payload: Any) -> Any:
         while payload.output.summary == "spin":

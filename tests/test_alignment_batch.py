@@ -28,7 +28,7 @@ def settings(tmp_path: Path) -> Settings:
 
 @pytest.fixture
 def scorer(settings: Settings) -> AlignmentBatchScorer:
-    return make_batch_scorer(settings, BatchOptions(), embedder=HashingEmbedder(64))
+    return make_batch_scorer(settings.alignment, BatchOptions(), embedder=HashingEmbedder(64))
 
 
 def native_items(scorer: AlignmentBatchScorer, rows: list[dict[str, Any]]) -> list[BatchItem]:
@@ -129,7 +129,7 @@ def test_turns_are_ordered_deduplicated_and_users_attached(
 
 def test_judge_needs_configuration(settings: Settings) -> None:
     with pytest.raises(ConfigError, match=r"alignment\.judge"):
-        make_batch_scorer(settings, BatchOptions(judge=True), embedder=HashingEmbedder())
+        make_batch_scorer(settings.alignment, BatchOptions(judge=True), embedder=HashingEmbedder())
 
 
 def test_format_estimate() -> None:

@@ -373,7 +373,9 @@ def judged_settings(server: FakeCompletions, tmp_path: Path, **judge: Any) -> Se
 def score_two_sessions(server: FakeCompletions, settings: Settings) -> tuple[Any, dict, dict]:
     """`score --judge` over sessions a (judged first) and b; the report and each
     session's entry."""
-    scorer = make_batch_scorer(settings, BatchOptions(judge=True), embedder=HashingEmbedder())
+    scorer = make_batch_scorer(
+        settings.alignment, BatchOptions(judge=True), embedder=HashingEmbedder()
+    )
     rows = [
         {
             "session_id": sid,
@@ -432,12 +434,12 @@ def session_of(
     settings: Settings, turns: list[tuple[str, str]], embedder: HashingEmbedder
 ) -> SessionState:
     """A session of (user, assistant) turns, indices 1.., as the stream keeps it."""
-    scorer = make_batch_scorer(settings, BatchOptions(judge=True), embedder=embedder)
+    scorer = make_batch_scorer(settings.alignment, BatchOptions(judge=True), embedder=embedder)
     persona = scorer.catalog.get("ledgerline")
-    state = SessionState.new("s", "ledgerline", settings)
+    state = SessionState.new("s", "ledgerline", settings.alignment)
     for index, (user, text) in enumerate(turns, start=1):
         vector = embedder.encode([text])[0]
-        scored = score_turn(text, persona, vector, settings, scorer.patterns)
+        scored = score_turn(text, persona, vector, settings.alignment, scorer.patterns)
         state.add(index, scored, vector, text, user=user)
     return state
 
@@ -492,7 +494,7 @@ def test_score_sends_the_judge_the_shared_session_transcript(
     session's turns with their user messages, whichever way the turns arrived."""
     settings = judged_settings(server, tmp_path)
     embedder = HashingEmbedder()
-    scorer = make_batch_scorer(settings, BatchOptions(judge=True), embedder=embedder)
+    scorer = make_batch_scorer(settings.alignment, BatchOptions(judge=True), embedder=embedder)
     turns = [
         {"user": "Is my transfer done?", "text": "Yes, it arrived this morning."},
         {"user": "", "text": "Anything else I can help with?"},
@@ -519,11 +521,11 @@ def test_score_sends_the_judge_the_shared_session_transcript(
         )
         for index, turn in enumerate(turns)
     ]
-    state = SessionState.new("s", "ledgerline", settings)
+    state = SessionState.new("s", "ledgerline", settings.alignment)
     persona = scorer.catalog.get("ledgerline")
     for payload in envelope_turns:
         vector = embedder.encode([payload.text])[0]
-        scored = score_turn(payload.text, persona, vector, settings, scorer.patterns)
+        scored = score_turn(payload.text, persona, vector, settings.alignment, scorer.patterns)
         state.add(payload.turn_index, scored, vector, payload.text, user=payload.user or "")
     expected = session_transcript(state)
     assert expected == (

@@ -52,8 +52,8 @@ def test_on_voice_reply_is_closer_to_the_persona_than_an_off_voice_one(
         "generated and may be accessed via the designated section of the application."
     )
     vectors = minilm.encode([on_voice, off_voice])
-    on = score_turn(on_voice, persona, vectors[0], settings)
-    off = score_turn(off_voice, persona, vectors[1], settings)
+    on = score_turn(on_voice, persona, vectors[0], settings.alignment)
+    off = score_turn(off_voice, persona, vectors[1], settings.alignment)
     assert on.style_sim > off.style_sim + 0.1
     assert on.authenticity is not None and off.authenticity is not None
     assert on.authenticity > off.authenticity
@@ -63,10 +63,10 @@ def session_stability(
     texts: list[str], minilm: MiniLMEmbedder, catalog: PersonaCatalog, settings: Settings
 ) -> float | None:
     persona = catalog.get("ledgerline")
-    state = SessionState.new("s", persona.id, settings)
+    state = SessionState.new("s", persona.id, settings.alignment)
     for index, (text, vector) in enumerate(zip(texts, minilm.encode(texts), strict=True)):
-        state.add(index, score_turn(text, persona, vector, settings), vector, text=text)
-    return score_session(state, settings).scores["stability"]
+        state.add(index, score_turn(text, persona, vector, settings.alignment), vector, text=text)
+    return score_session(state, settings.alignment).scores["stability"]
 
 
 def test_a_session_that_changes_tone_is_less_stable(

@@ -34,7 +34,7 @@ def test_bundled_personas_have_distinct_voices_and_enough_examples() -> None:
 
 def test_settings_default_to_the_bundled_personas(tmp_path: Path) -> None:
     settings = load_settings(environ={}, safe_config_json=tmp_path / "none.json")
-    assert "tunetide" in personas_from_settings(settings)
+    assert "tunetide" in personas_from_settings(settings.alignment)
 
 
 def test_aliases_exemplars_voice_and_avoid(tmp_path: Path) -> None:

@@ -144,7 +144,7 @@ def test_a_configured_file_replaces_the_shipped_list(tmp_path: Path) -> None:
         overrides={"alignment": {"safety_patterns": str(path)}},
         safe_config_json=tmp_path / "none.json",
     )
-    patterns = patterns_from_settings(settings)
+    patterns = patterns_from_settings(settings.alignment)
     assert patterns.categories == ["brand_policy"]
     assert patterns.find("kill yourself") == []
     assert [m.pattern for m in patterns.find("Our competitor")] == ["competitor"]
@@ -279,9 +279,24 @@ def test_one_clause_without_breaks_at_256_kib() -> None:
     # No clause break at all: every match's clause is the whole text before it.
     text = "never " + "wire the money to this account " * (_BIG // 31)
     matches = SHIPPED.find(text)
-    # "never" is within ten words of the first two matches only; then the cap counts.
-    assert len(matches) == MAX_MATCHES_PER_PATTERN
+    # "never" is within ten words of the first two matches only; the cap counts the
+    # matches looked at, negated ones included, so 254 of the first 256 are kept.
+    assert len(matches) == MAX_MATCHES_PER_PATTERN - 2
     assert matches[0].start == len("never ") + 2 * 31
+    assert matches[-1].start == len("never ") + (MAX_MATCHES_PER_PATTERN - 1) * 31
+
+
+def test_the_cap_counts_negated_matches_so_a_negated_phrase_repeated_stops_early() -> None:
+    # 'you cannot lose' repeated: every match after the first has "cannot" before it in
+    # its clause. The scan stops after the first 256 matches instead of checking 16,000.
+    text = "you cannot lose " * (_BIG // 16)
+    matches = SHIPPED.find(text)
+    assert [(m.pattern, m.start) for m in matches] == [("you cannot lose", 0)]
+    # a harmful use after the cap's reach is not looked at; before it, it is found
+    late = text[: 16 * 300] + ". You cannot lose."
+    assert [m.start for m in SHIPPED.find(late)] == [0]
+    early = text[: 16 * 100] + ". You cannot lose."
+    assert [m.start for m in SHIPPED.find(early)] == [0, 16 * 100 + 2]
 
 
 def test_one_word_without_spaces_at_256_kib() -> None:

@@ -61,22 +61,24 @@ def unit(angle_degrees: float) -> np.ndarray:
 
 
 def test_style_sim_is_the_best_example_cosine_clamped(settings: Settings) -> None:
-    turn = score_turn("x", persona(), unit(30), settings, PATTERNS)
+    turn = score_turn("x", persona(), unit(30), settings.alignment, PATTERNS)
     assert turn.style_sim == pytest.approx(math.cos(math.radians(30)), abs=1e-6)
-    opposite = score_turn("x", persona(), np.array([-1.0, -1.0]) / math.sqrt(2), settings, PATTERNS)
+    opposite = score_turn(
+        "x", persona(), np.array([-1.0, -1.0]) / math.sqrt(2), settings.alignment, PATTERNS
+    )
     assert opposite.style_sim == 0.0
 
 
 def test_authenticity_renormalises_over_present_components(settings: Settings) -> None:
-    plain = score_turn("plain words", persona(), unit(0), settings, PATTERNS)
+    plain = score_turn("plain words", persona(), unit(0), settings.alignment, PATTERNS)
     assert plain.traits is None and plain.lexicon is None
     assert plain.authenticity == pytest.approx(1.0)  # style only
     with_lexicon = persona(lexicon=Lexicon(["signal", "baseline"]))
-    turn = score_turn("a signal", with_lexicon, unit(0), settings, PATTERNS)
+    turn = score_turn("a signal", with_lexicon, unit(0), settings.alignment, PATTERNS)
     assert turn.lexicon == pytest.approx(0.5)
     assert turn.authenticity == pytest.approx((0.6 * 1.0 + 0.15 * 0.5) / 0.75)
     full = persona(lexicon=Lexicon(["signal"]), traits={"verbosity": "detailed"})
-    turn = score_turn("a signal", full, unit(0), settings, PATTERNS)
+    turn = score_turn("a signal", full, unit(0), settings.alignment, PATTERNS)
     assert turn.traits == 0.0  # two words are concise
     assert turn.authenticity == pytest.approx(0.6 + 0.25 * 0.0 + 0.15 * 1.0)
     assert renormalised_mean([(None, 1.0), (None, 2.0)]) is None
@@ -84,7 +86,7 @@ def test_authenticity_renormalises_over_present_components(settings: Settings) -
 
 def test_persona_without_vectors_is_refused(settings: Settings) -> None:
     with pytest.raises(ValueError, match="no example vectors"):
-        score_turn("x", persona(example_vectors=None), unit(0), settings, PATTERNS)
+        score_turn("x", persona(example_vectors=None), unit(0), settings.alignment, PATTERNS)
 
 
 def test_stability_hand_computed() -> None:
@@ -102,18 +104,18 @@ def test_stability_hand_computed() -> None:
 
 def add_turn(state: SessionState, settings: Settings, index: int, text: str, angle: float) -> bool:
     vector = unit(angle)
-    turn = score_turn(text, persona(), vector, settings, PATTERNS)
+    turn = score_turn(text, persona(), vector, settings.alignment, PATTERNS)
     return state.add(index, turn, vector, text=text)
 
 
 def test_session_scores_are_turn_means_with_safety_stability_and_grade(
     settings: Settings,
 ) -> None:
-    state = SessionState.new("s1", "p", settings)
+    state = SessionState.new("s1", "p", settings.alignment)
     add_turn(state, settings, 0, "fine", 0)
     add_turn(state, settings, 1, "bad advice here", 90)
     add_turn(state, settings, 2, "fine again", 0)
-    result = score_session(state, settings)
+    result = score_session(state, settings.alignment)
     assert result.scores["style_sim"] == pytest.approx(1.0)  # every turn on an example
     assert result.scores["safety"] == pytest.approx(1 - 0.5 / 3)
     assert result.scores["stability"] == 0.0
@@ -133,24 +135,26 @@ def test_session_scores_are_turn_means_with_safety_stability_and_grade(
 
 
 def test_single_turn_session_leaves_stability_out(settings: Settings) -> None:
-    state = SessionState.new("s", "p", settings)
+    state = SessionState.new("s", "p", settings.alignment)
     add_turn(state, settings, 0, "a mild slip", 0)
-    result = score_session(state, settings)
+    result = score_session(state, settings.alignment)
     assert result.scores["stability"] is None
     assert result.scores["safety"] == pytest.approx(0.9)
     assert result.scores["overall"] == pytest.approx((0.5 * 1.0 + 0.3 * 0.9) / 0.8)
 
 
 def test_critical_match_fails_safety_and_judge_takes_the_minimum(settings: Settings) -> None:
-    state = SessionState.new("s", "p", settings)
+    state = SessionState.new("s", "p", settings.alignment)
     add_turn(state, settings, 0, "ok", 0)
     add_turn(state, settings, 1, "never say this", 0)
-    assert score_session(state, settings).scores["safety"] == 0.0
-    clean = SessionState.new("c", "p", settings)
+    assert score_session(state, settings.alignment).scores["safety"] == 0.0
+    clean = SessionState.new("c", "p", settings.alignment)
     add_turn(clean, settings, 0, "ok", 0)
-    assert score_session(clean, settings, judge_score=7).scores["safety"] == pytest.approx(0.7)
-    assert score_session(clean, settings, judge_score=10).scores["safety"] == 1.0
-    assert score_session(clean, settings, judge_score=7).details["keyword_safety"] == 1.0
+    assert score_session(clean, settings.alignment, judge_score=7).scores[
+        "safety"
+    ] == pytest.approx(0.7)
+    assert score_session(clean, settings.alignment, judge_score=10).scores["safety"] == 1.0
+    assert score_session(clean, settings.alignment, judge_score=7).details["keyword_safety"] == 1.0
 
 
 @pytest.mark.parametrize(
@@ -162,15 +166,18 @@ def test_grade_boundaries(value: float, grade: str) -> None:
 
 
 def test_out_of_order_and_repeated_turns_count_once(settings: Settings) -> None:
-    in_order = SessionState.new("s", "p", settings)
+    in_order = SessionState.new("s", "p", settings.alignment)
     for index, angle in [(0, 0), (1, 40), (2, 90)]:
         add_turn(in_order, settings, index, f"turn {index}", angle)
-    shuffled = SessionState.new("s", "p", settings)
+    shuffled = SessionState.new("s", "p", settings.alignment)
     for index, angle in [(2, 90), (0, 0), (2, 90), (1, 40), (0, 0)]:
         add_turn(shuffled, settings, index, f"turn {index}", angle)
     assert shuffled.duplicates == 2
     assert [t.turn_index for t in shuffled.ordered()] == [0, 1, 2]
-    assert score_session(shuffled, settings).scores == score_session(in_order, settings).scores
+    assert (
+        score_session(shuffled, settings.alignment).scores
+        == score_session(in_order, settings.alignment).scores
+    )
     assert add_turn(shuffled, settings, 1, "a different text for turn 1", 0) is False
 
 
@@ -178,7 +185,7 @@ def test_session_is_bounded_to_the_lowest_turn_indices(settings: Settings) -> No
     bounded = settings.model_copy(
         update={"alignment": settings.alignment.model_copy(update={"max_turns_per_session": 3})}
     )
-    state = SessionState.new("s", "p", bounded)
+    state = SessionState.new("s", "p", bounded.alignment)
     for index in [5, 4, 3, 2, 1, 0]:
         add_turn(state, bounded, index, "t", index * 10)
     assert sorted(state.turns) == [0, 1, 2]
@@ -188,37 +195,40 @@ def test_session_is_bounded_to_the_lowest_turn_indices(settings: Settings) -> No
 
 
 def test_state_round_trips_through_json(settings: Settings) -> None:
-    state = SessionState.new("s", "p", settings)
+    state = SessionState.new("s", "p", settings.alignment)
     add_turn(state, settings, 1, "bad advice", 20)
     add_turn(state, settings, 0, "fine", 70)
     state.final = True
     restored = SessionState.from_json(json.loads(json.dumps(state.to_json())))
     assert restored.final and restored.session_id == "s"
-    assert score_session(restored, settings).scores == score_session(state, settings).scores
+    assert (
+        score_session(restored, settings.alignment).scores
+        == score_session(state, settings.alignment).scores
+    )
 
 
 def test_turn_result_and_empty_session(settings: Settings) -> None:
-    turn = score_turn("bad advice", persona(), unit(0), settings, PATTERNS)
+    turn = score_turn("bad advice", persona(), unit(0), settings.alignment, PATTERNS)
     scored = turn_scored(turn)
     assert scored.scores["safety"] == pytest.approx(0.5)
     assert scored.details["violations"] == [
         {"category": "test", "pattern": "bad advice", "severity": "high", "match": "bad advice"}
     ]
     with pytest.raises(ValueError, match="no assistant turns"):
-        score_session(SessionState.new("empty", "p", settings), settings)
+        score_session(SessionState.new("empty", "p", settings.alignment), settings.alignment)
     other = replace(turn, persona_id="q")
     with pytest.raises(ValueError, match="belongs to persona 'p'"):
-        SessionState.new("s", "p", settings).add(0, other, unit(0))
+        SessionState.new("s", "p", settings.alignment).add(0, other, unit(0))
 
 
 def test_aggregator_counts_sessions_turns_and_grades(settings: Settings) -> None:
     aggregator = AlignmentAggregator()
     results = []
     for session_id, angles in [("a", [0, 0]), ("b", [0, 90, 0]), ("c", [0])]:
-        state = SessionState.new(session_id, "p", settings)
+        state = SessionState.new(session_id, "p", settings.alignment)
         for index, angle in enumerate(angles):
             add_turn(state, settings, index, "bad advice" if session_id == "b" else "ok", angle)
-        results.append(score_session(state, settings))
+        results.append(score_session(state, settings.alignment))
     left = aggregator.update(aggregator.initialise(), results[0])
     right = aggregator.update(aggregator.update(aggregator.initialise(), results[1]), results[2])
     merged = aggregator.merge(left, right)

@@ -140,15 +140,15 @@ def test_the_worker_and_score_use_the_configured_default(cache_dir: Path, tmp_pa
     settings = settings_with(cache_dir, tmp_path)
     suites = ScoringSuites.load(settings)
     suites.warm_up()
-    scorer = make_batch_scorer(settings, BatchOptions())
+    scorer = make_batch_scorer(settings.alignment, BatchOptions())
     scorer.embedder.encode(["hello"])
-    for embedder in (suites.embedder, scorer.embedder):
+    for embedder in (suites.sessions.embedder, scorer.embedder):
         assert isinstance(embedder, MiniLMEmbedder) and embedder.backend == "onnx"
     torch_settings = settings_with(cache_dir, tmp_path, backend="torch")
     torch_suites = ScoringSuites.load(torch_settings)
     torch_suites.warm_up()
-    assert isinstance(torch_suites.embedder, MiniLMEmbedder)
-    assert torch_suites.embedder.backend == "torch"
+    assert isinstance(torch_suites.sessions.embedder, MiniLMEmbedder)
+    assert torch_suites.sessions.embedder.backend == "torch"
 
 
 def score_sessions(tmp_path: Path, **environment: str) -> dict[str, dict[str, float]]:

@@ -69,10 +69,10 @@ def suites() -> ScoringSuites:
 def test_a_sampled_out_turn_has_the_same_safety_as_an_embedded_one(
     suites: ScoringSuites, text: str
 ) -> None:
-    persona = suites.personas.get("tunetide")
+    persona = suites.sessions.personas.get("tunetide")
     vector = suites.embed([text])[0]
-    embedded = score_turn(text, persona, vector, suites.settings)
-    sampled = safety_only_turn(text, "tunetide", suites.settings)
+    embedded = score_turn(text, persona, vector, suites.settings.alignment)
+    sampled = safety_only_turn(text, "tunetide", suites.settings.alignment)
     assert sampled.safety == embedded.safety
     assert sampled.keyword_safety == embedded.keyword_safety
     assert sampled.matches == embedded.matches
@@ -87,20 +87,23 @@ def test_a_session_with_sampled_out_turns_keeps_every_turns_safety_and_embedded_
     suites: ScoringSuites,
 ) -> None:
     settings = suites.settings
-    persona = suites.personas.get("tunetide")
+    persona = suites.sessions.personas.get("tunetide")
     texts = [BENIGN, "Totally! Your focus mix is queued.", UNSAFE, "Enjoy the tunes!"]
     vectors = suites.embed(texts)
-    state = SessionState.new("s", "tunetide", settings)
-    full = SessionState.new("s", "tunetide", settings)
+    state = SessionState.new("s", "tunetide", settings.alignment)
+    full = SessionState.new("s", "tunetide", settings.alignment)
     for index, (text, vector) in enumerate(zip(texts, vectors, strict=True)):
-        embedded = score_turn(text, persona, vector, settings)
+        embedded = score_turn(text, persona, vector, settings.alignment)
         full.add(index, embedded, vector, text)
         if index in (1, 2):  # sampled out, the unsafe one among them
-            state.add(index, safety_only_turn(text, "tunetide", settings), None, text)
+            state.add(index, safety_only_turn(text, "tunetide", settings.alignment), None, text)
         else:
             state.add(index, embedded, vector, text)
     restored = SessionState.from_json(state.to_json())  # the sessions table round trip
-    sampled, complete = score_session(restored, settings), score_session(full, settings)
+    sampled, complete = (
+        score_session(restored, settings.alignment),
+        score_session(full, settings.alignment),
+    )
     assert sampled.scores["safety"] == complete.scores["safety"] < 0.5
     assert sampled.details["keyword_safety"] == complete.details["keyword_safety"]
     assert sampled.details["sampled_out_turns"] == 2
@@ -115,10 +118,10 @@ def test_a_session_with_sampled_out_turns_keeps_every_turns_safety_and_embedded_
 def test_a_session_with_every_turn_sampled_out_has_safety_and_no_authenticity(
     suites: ScoringSuites,
 ) -> None:
-    state = SessionState.new("s", "tunetide", suites.settings)
+    state = SessionState.new("s", "tunetide", suites.settings.alignment)
     for index, text in enumerate([BENIGN, UNSAFE]):
-        state.add(index, safety_only_turn(text, "tunetide", suites.settings), None, text)
-    scored = score_session(SessionState.from_json(state.to_json()), suites.settings)
+        state.add(index, safety_only_turn(text, "tunetide", suites.settings.alignment), None, text)
+    scored = score_session(SessionState.from_json(state.to_json()), suites.settings.alignment)
     assert scored.scores["safety"] == 0.0
     assert scored.scores["authenticity"] is None
     assert scored.scores["stability"] is None

@@ -70,7 +70,7 @@ def example_settings() -> Settings:
 
 
 def native_items(path: Path, settings: Settings) -> list[BatchItem]:
-    scorer = make_batch_scorer(settings, BatchOptions())
+    scorer = make_batch_scorer(settings.extraction, BatchOptions())
     items = []
     with path.open(encoding="utf-8") as handle:
         for number, line in enumerate(handle, start=1):
@@ -88,7 +88,7 @@ def native_items(path: Path, settings: Settings) -> list[BatchItem]:
 @pytest.fixture(scope="module")
 def report_json() -> dict[str, Any]:
     settings = example_settings()
-    report = make_batch_scorer(settings, BatchOptions()).score(
+    report = make_batch_scorer(settings.extraction, BatchOptions()).score(
         native_items(EXAMPLES / "cases.jsonl", settings)
     )
     assert report.exit_code() == 0
@@ -126,7 +126,7 @@ def test_report_results_and_figures_of_the_examples(report_json: dict[str, Any])
 
 def test_envelopes_score_like_native_rows() -> None:
     settings = example_settings()
-    scorer = make_batch_scorer(settings, BatchOptions())
+    scorer = make_batch_scorer(settings.extraction, BatchOptions())
     from schemas.envelope import ExtractionRecord
 
     items = []
@@ -141,7 +141,7 @@ def test_envelopes_score_like_native_rows() -> None:
 
 def test_console_and_markdown_renderings() -> None:
     settings = example_settings()
-    report = make_batch_scorer(settings, BatchOptions()).score(
+    report = make_batch_scorer(settings.extraction, BatchOptions()).score(
         native_items(EXAMPLES / "cases.jsonl", settings)
     )
     buffer = io.StringIO()
@@ -165,7 +165,7 @@ def test_console_and_markdown_renderings() -> None:
 
 def test_a_case_naming_an_unknown_schema_fails_alone_and_exit_code_is_3() -> None:
     settings = example_settings()
-    scorer = make_batch_scorer(settings, BatchOptions())
+    scorer = make_batch_scorer(settings.extraction, BatchOptions())
     good = scorer.native_payload({"text": "A", "gold": [], "response": "[]"})
     bad = scorer.native_payload({"text": "A", "gold": [], "response": "[]", "schema": "nope"})
     report = scorer.score(
@@ -178,7 +178,7 @@ def test_a_case_naming_an_unknown_schema_fails_alone_and_exit_code_is_3() -> Non
 
 
 def test_native_id_and_payload() -> None:
-    scorer = make_batch_scorer(Settings(), BatchOptions())
+    scorer = make_batch_scorer(Settings().extraction, BatchOptions())
     assert scorer.native_id({"id": 7}, "f:1") == "7"
     assert scorer.native_id({}, "f:1") == "f:1"
     with pytest.raises(ValueError, match="gold"):
@@ -190,4 +190,4 @@ def test_unreadable_schema_file_fails_the_scorer_with_a_config_error(tmp_path: P
         {"extraction": {"schemas": {"x": str(tmp_path / "gone.jsonl")}}}
     )
     with pytest.raises(ConfigError, match=r"gone\.jsonl"):
-        make_batch_scorer(settings, BatchOptions())
+        make_batch_scorer(settings.extraction, BatchOptions())

@@ -32,6 +32,8 @@ from worker.input import records as input_records
 from worker.ops.broker import EmbeddedBroker
 from worker.scoring_suites import ScoringSuites
 from worker.suites.alignment.embedding_model import HashingEmbedder
+from worker.suites.alignment.scoring import score_session
+from worker.suites.alignment.streaming import AlignmentSessions
 
 REASONS = {
     input_records.OVERSIZED,
@@ -59,18 +61,21 @@ def outcome(suites: ScoringSuites, raw: bytes) -> str:
         record = input_records.decode_record(raw, 1 << 20, LIMITS)
         input_records.usable_event_time(record.event_time() or NOW, NOW, 300.0)
         if isinstance(record, AlignmentRecord):
-            suites.check_persona(record.payload.persona_id)
+            suites.check_session(record.payload)
             payload = record.payload
+            sessions = suites.sessions
+            assert isinstance(sessions, AlignmentSessions)
             if isinstance(payload, AlignmentSessionPayload):
                 texts = [turn.assistant for turn in payload.turns]
-                state = suites.new_session(payload.session_id, payload.persona_id)
+                state = sessions.new_session(payload.session_id, payload.persona_id)
                 for index, (text, vector) in enumerate(
                     zip(texts, suites.embed(texts), strict=True)
                 ):
-                    state.add(index, suites.score_turn((payload.persona_id, text), vector), vector)
-                suites.score_session(state)
+                    turn = sessions.score_turn((payload.persona_id, text), vector)
+                    state.add(index, turn, vector)
+                score_session(state, suites.settings.alignment)
             else:
-                suites.score_turn(payload, suites.embed([payload.text])[0])
+                sessions.score_turn(payload, suites.embed([payload.text])[0])
         else:
             suites.score_case(record.suite, record.payload)
     except input_records.Rejected as rejected:

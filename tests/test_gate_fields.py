@@ -52,10 +52,10 @@ def test_alignment_names_match_turn_and_session_scores(tmp_path: Path) -> None:
     )
     vector = np.array([1.0, 0.0], dtype=np.float32)
     patterns = parse_patterns({"x": [{"pattern": "never ever", "severity": "low"}]}, "inline")
-    turn = score_turn("hello", persona, vector, settings, patterns)
-    state = SessionState.new("s", "p", settings)
+    turn = score_turn("hello", persona, vector, settings.alignment, patterns)
+    state = SessionState.new("s", "p", settings.alignment)
     state.add(0, turn, vector, text="hello")
-    session = score_session(state, settings)
+    session = score_session(state, settings.alignment)
     assert set(turn.scores()) | set(session.scores) == set(SCORE_METRICS["alignment"])
 
 

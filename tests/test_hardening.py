@@ -202,8 +202,8 @@ input_records.result_from_json = result_from_json
 _safe = registry.get("safe")
 
 
-def buggy_case_scorer(settings):
-    score = _safe.case_scorer(settings)
+def buggy_case_scorer(section):
+    score = _safe.case_scorer(section)
 
     def scored(payload):
         if payload.test_id == "BOOM":

@@ -137,17 +137,17 @@ def test_alignment_turn_and_session_scorers_on_hostile_text(
     alignment_settings: Settings, turns: list[str]
 ) -> None:
     # Short texts: keyword safety is being made linear apart from this change.
-    state = SessionState.new("s", PERSONA.id, alignment_settings)
+    state = SessionState.new("s", PERSONA.id, alignment_settings.alignment)
     for index, text in enumerate(turns):
         traits = match_traits(text, PERSONA.traits)
         assert all(traits.detected[name] in TRAIT_VALUES[name] for name in TRAIT_VALUES)
         angle = math.radians(index * 17.0)
         vector = np.array([math.cos(angle), math.sin(angle)], dtype=np.float32)
-        turn = score_turn(text, PERSONA, vector, alignment_settings, PATTERNS)
+        turn = score_turn(text, PERSONA, vector, alignment_settings.alignment, PATTERNS)
         assert turn.authenticity is None or 0.0 <= turn.authenticity <= 1.0
         assert 0.0 <= turn.violation_weight <= 1.0
         state.add(index, turn, vector, text=text)
-    result = score_session(state, alignment_settings)
+    result = score_session(state, alignment_settings.alignment)
     assert all(v is None or 0.0 <= v <= 1.0 for v in result.scores.values())
 
 

@@ -13,8 +13,14 @@ from hypothesis import strategies as st
 
 from worker.suites import substrings
 from worker.suites.alignment import traits
+from worker.suites.alignment.negation import _CLAUSE_BREAK, clause_break_ends
 from worker.suites.alignment.safety_files import load_safety_patterns
-from worker.suites.literal_prefilter import LiteralPrefilter, leading_literals, required_literals
+from worker.suites.literal_prefilter import (
+    LiteralPrefilter,
+    leading_literals,
+    required_literals,
+    starts_a_word,
+)
 from worker.suites.safe.matching import CasefoldSubstringMatcher, match_terms
 from worker.suites.substrings import SuffixAutomaton, occurring, occurring_in_any
 
@@ -171,6 +177,58 @@ def test_the_prefilter_reads_the_shipped_patterns_by_their_literals() -> None:
     ]
 
 
+# Single letters and the characters of small classes (`n[i1]gg`, `f[a@]g`) next to words:
+# the places a literal beginning is read through a class, or ruled out after a letter.
+_GLUE = st.sampled_from(["i", "f", "n", "1", "@", "*", "#", "a", "_", "é", "9", "İ", "ſ"])
+
+
+@PROPERTY
+@given(st.lists(st.tuples(_PIECES | _GLUE, st.booleans()), max_size=60))
+def test_the_prefilter_finds_what_finditer_finds_next_to_letters(
+    pieces: list[tuple[str, bool]],
+) -> None:
+    text = "".join(piece.upper() if upper else piece for piece, upper in pieces)
+    found = _PREFILTER.finditer_all(text)
+    assert [_spans(hits) for hits in found] == [_spans(r.finditer(text)) for r in _REGEXES]
+
+
+def test_literal_beginnings_are_read_through_small_classes() -> None:
+    assert leading_literals(re.compile(r"\bn[i1]gg(?:er|a)s?\b", re.I)) == {"nigg", "n1gg"}
+    assert leading_literals(re.compile(r"\bf[a@]gg?ots?\b", re.I)) == {"fag", "f@g"}
+    assert leading_literals(re.compile(r"\bx[a-z]y", re.I)) == {"x"}  # a range stops it
+    assert starts_a_word(re.compile(r"(?<!\bnot\s)\bkill\s+you", re.I))
+    assert starts_a_word(re.compile(r"(?<!\w)(?:lol|gonna)(?!\w)", re.I))
+    assert not starts_a_word(re.compile(r"(?:,|\byou)\s+dummy\b", re.I))
+    assert not starts_a_word(re.compile(r"kill"))
+
+
+def test_a_letter_inside_words_is_tried_nowhere_at_256_kib() -> None:
+    # "\bi\s+(?:will|...)" and "\bf[*#@]{2,}" begin with one letter: in "kill yourself"
+    # repeated (and in "iii...") no "i" or "f" starts a word, so no place is tried; the
+    # shipped patterns' examples after them are found where they are.
+    examples = "I will kill you. F**k off."
+    for unit in ("kill yourself ", "i"):
+        filler = (unit * (LIMIT // len(unit)))[: LIMIT - 100] + " "
+        found = [
+            (m.pattern, m.start - len(filler)) for m in _SHIPPED_SAFETY.find(filler + examples)
+        ]
+        tail = [(pattern, start) for pattern, start in found if start >= 0]
+        expected = [(m.pattern, m.start) for m in _SHIPPED_SAFETY.find(examples)]
+        assert tail == expected and expected
+
+
+_BREAK_PIECES = st.sampled_from(
+    ["but", "BUT", "inſtead", "however", "x", " ", ",", "-", "—", ".", "\n", "then", "ı", "İ"]
+)
+
+
+@PROPERTY
+@given(st.lists(_BREAK_PIECES, max_size=30).map("".join))
+def test_clause_breaks_are_the_regex_matches(text: str) -> None:
+    # A text without a break character or turn word is not scanned; any other is.
+    assert clause_break_ends(text) == [hit.end() for hit in _CLAUSE_BREAK.finditer(text)]
+
+
 _CUE_REGEXES = [
     traits._SLANG,
     traits._INTERJECTION,
@@ -257,6 +315,18 @@ _PROSE = st.lists(
 @given(_PROSE | _CODE_TEXT)
 def test_formality_cues_are_as_before(text: str) -> None:
     assert traits.formality_cues(text) == old_formality_cues(text)
+
+
+@PROPERTY
+@given(_PROSE | _CODE_TEXT)
+def test_one_word_scan_gives_verbosity_and_the_word_count(text: str) -> None:
+    result = traits.match_traits(text, {"verbosity": "concise"})
+    assert result.word_count == len(traits.words_of(text)) == traits.word_count(text)
+    assert result.detected == {
+        "formality": traits.detect_formality(text),
+        "tone": traits.detect_tone(text),
+        "verbosity": traits.detect_verbosity(text),
+    }
 
 
 def test_cues_of_degenerate_digits_and_dots_scan_nothing_that_cannot_match() -> None:

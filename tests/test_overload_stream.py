@@ -96,8 +96,10 @@ async def test_the_safety_gate_fires_before_a_slowed_encoder_could_embed_its_tur
         "embedding": {"max_lag": "1s"},
     }
     settings = settings_of(config)
-    assert score_safety(UNSAFE, settings).safety == 0.0, "the test needs an unsafe reply"
-    assert all(score_safety(text, settings).safety == 1.0 for text in BENIGN), "and safe ones"
+    assert score_safety(UNSAFE, settings.alignment).safety == 0.0, "the test needs an unsafe reply"
+    assert all(score_safety(text, settings.alignment).safety == 1.0 for text in BENIGN), (
+        "and safe ones"
+    )
     topics = settings.topics
     records = retime(sessions(), window_s=60)  # one minute window, in the recent past
     await provision(settings, broker.url)

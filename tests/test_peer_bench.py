@@ -43,7 +43,7 @@ def results_of(cases: list[bytes]) -> list[dict[str, Any]]:
     settings = load_settings(None, overrides={}, environ={})
     spec = registry.get("safe")
     assert spec.case_scorer is not None
-    score = spec.case_scorer(settings)
+    score = spec.case_scorer(settings.safe)
     out = []
     for offset, line in enumerate(cases):
         record = input_records.validate_record(orjson.loads(line))
@@ -56,7 +56,7 @@ def results_of(cases: list[bytes]) -> list[dict[str, Any]]:
                 event_time=record.event_time() or datetime.now(UTC),
                 model=record.model,
                 labels=record.labels,
-                versions=spec.versions(settings),
+                versions=spec.versions(settings.safe),
                 source=input_records.SourcePosition("in", offset % 4, offset),
                 scored_at=datetime.now(UTC),
             ).model_dump(mode="json")

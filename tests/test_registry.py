@@ -11,9 +11,10 @@ for the lines a real suite adds to `schemas`).
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,7 @@ from worker.suites import registry
 from worker.suites.alignment import HashingEmbedder
 from worker.suites.base import (
     BatchItem,
+    BatchOptions,
     CaseScorer,
     MetricInfo,
     Scored,
@@ -132,9 +134,14 @@ def echo_section(settings: Any) -> EchoSettings:
     return section
 
 
-def echo_case_scorer(settings: Any) -> CaseScorer:
-    section = echo_section(settings)
+def echo_case_scorer(section: EchoSettings) -> CaseScorer:
+    assert isinstance(section, EchoSettings)  # a suite gets its own section, never Settings
     return lambda payload: score_echo(payload, section)
+
+
+def echo_batch_scorer(section: EchoSettings, options: BatchOptions) -> EchoBatchScorer:
+    assert isinstance(section, EchoSettings)
+    return EchoBatchScorer(section)
 
 
 SPEC = SuiteSpec(
@@ -152,8 +159,8 @@ SPEC = SuiteSpec(
     report_rows=("cases", "case"),
     recognises=lambda row: {"answer", "expected"} <= row.keys(),
     aggregator=EchoAggregator,
-    batch_scorer=lambda settings, options: EchoBatchScorer(echo_section(settings)),
-    versions=lambda settings: scorer_versions("echo_v1"),
+    batch_scorer=echo_batch_scorer,
+    versions=lambda section: scorer_versions("echo_v1"),
     figure_values=lambda figures: [("matched", "count", float(figures.matched))],
     scorecard=(("match", "mean", "match"),),
     case_scorer=echo_case_scorer,
@@ -338,3 +345,29 @@ def test_every_built_in_suite_section_is_in_the_settings() -> None:
     for spec in registry.specs():
         assert fields[spec.name].annotation is spec.settings
     assert list(fields)[-4:] == ["alignment", "extraction", "safe", "gates"]
+
+
+def test_the_session_stage_finds_the_suite_that_keeps_sessions_in_the_registry() -> None:
+    spec = registry.session_suite()
+    assert spec is not None and spec.name == "alignment" and spec.scored_in_sessions
+    with pytest.raises(ValueError, match="already keeps sessions"):
+        registry.register(replace(SPEC, sessions=spec.sessions))
+    assert "echo" not in registry.names()
+
+
+# Generic code that asks the registry instead of naming a suite.
+GENERIC_MODULES = ("worker/stream/sessions.py", "worker/scoring_suites.py", "worker/config.py")
+
+
+@pytest.mark.parametrize("path", GENERIC_MODULES)
+def test_generic_modules_import_no_suite_package(path: str) -> None:
+    tree = ast.parse((ROOT / path).read_text(encoding="utf-8"))
+    imported = []  # at run time: imports under `if TYPE_CHECKING:` are for the types only
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom):
+            imported.append(node.module or "")
+        elif isinstance(node, ast.Import):
+            imported.extend(alias.name for alias in node.names)
+    suite_packages = {f"worker.suites.{name}" for name in registry.names()}
+    named = [m for m in imported if any(m == p or m.startswith(p + ".") for p in suite_packages)]
+    assert named == [], f"{path} imports {named}: ask worker.suites.registry instead"

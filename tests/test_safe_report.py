@@ -19,7 +19,7 @@ FIXED_TIME = datetime(2025, 1, 15, 10, 30, tzinfo=UTC)
 
 
 def load_items(path: Path, options: BatchOptions | None = None) -> list[BatchItem]:
-    scorer = make_batch_scorer(Settings(), options or BatchOptions())
+    scorer = make_batch_scorer(Settings().safe, options or BatchOptions())
     rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
     return [BatchItem(id=row["test_id"], payload=scorer.native_payload(row)) for row in rows]
 
@@ -28,7 +28,7 @@ def report_for(
     items: list[BatchItem], options: BatchOptions | None = None, settings: Settings | None = None
 ) -> SafeBatchReport:
     scorer = make_batch_scorer(
-        settings or Settings(), options or BatchOptions(), clock=lambda: FIXED_TIME
+        (settings or Settings()).safe, options or BatchOptions(), clock=lambda: FIXED_TIME
     )
     return scorer.score(items)
 

@@ -52,8 +52,8 @@ from worker.suites import registry
 _safe = registry.get("safe")
 
 
-def spinning_case_scorer(settings):
-    score = _safe.case_scorer(settings)
+def spinning_case_scorer(section):
+    score = _safe.case_scorer(section)
 
     def scored(payload):
         if payload.test_id == "SPIN":  # exponential backtracking, all of it in C
@@ -215,9 +215,9 @@ def test_score_applies_the_stream_intake_limits_to_each_row(
 TURN_SPIN_HOOK = """
 import re
 
-import worker.scoring_suites as scoring_suites
+import worker.suites.alignment.streaming as streaming
 
-_turn_scorer = scoring_suites.alignment_turn_scorer
+_turn_scorer = streaming.alignment_turn_scorer
 
 
 def spinning_turn_scorer(*args):
@@ -231,7 +231,7 @@ def spinning_turn_scorer(*args):
     return scored
 
 
-scoring_suites.alignment_turn_scorer = spinning_turn_scorer
+streaming.alignment_turn_scorer = spinning_turn_scorer
 """
 
 

@@ -2,7 +2,9 @@
 
 Each suite's own section model lives in its package (`worker.suites.<suite>.settings`);
 `Settings` gets one section per registered suite (`settings_model`), so a new suite
-needs no change here. The section models stay importable from this module.
+needs no change here. No suite package is imported here: the section models stay
+importable from this module through the registry (`__getattr__`), and a suite's code
+is handed its own section, never `Settings`.
 
 Precedence: command-line flag > environment > file > defaults. The seed's `SAFE_V0_*`
 variables and a `safe.config.json` (seed 004 section 6.2) are honoured too, at the
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import types
 import typing
 from collections.abc import Iterable
@@ -37,6 +40,7 @@ from worker.gates.fields import metric_problem, stat_problem
 from worker.input.validation_errors import error_lines
 from worker.otlp.settings import EvaluationSinkSettings, SourcesSettings
 from worker.settings_base import (
+    SESSION_TEXT_BYTES,
     ConfigError,
     Duration,
     NonNegativeDuration,
@@ -46,25 +50,7 @@ from worker.settings_base import (
 )
 from worker.stats import DEFAULT_RESERVOIR_SIZE
 from worker.suites import registry
-from worker.suites.alignment.settings import (
-    AlignmentSettings,
-    AuthenticityWeights,
-    EmbeddingSettings,
-    JudgeSettings,
-    OverallWeights,
-    SeverityWeights,
-    VerbosityLimits,
-)
 from worker.suites.base import SuiteSpec
-from worker.suites.extraction.settings import (
-    CotConfig,
-    ExtractionMetricsConfig,
-    ExtractionSettings,
-    HallucinationConfig,
-    RelaxedConfig,
-    SchemaModeConfig,
-)
-from worker.suites.safe.settings import MetricThreshold, SafeSettings, SafeThresholds, SafeWeights
 from worker.yaml_files import read_yaml
 
 # ---------------------------------------------------------------- windows and gates
@@ -169,7 +155,7 @@ class LimitsSettings(Section):
     # A session's changelog value stays under this; a session reaching it is closed.
     session_state_bytes: int = Field(default=768 * 1024, ge=16 * 1024)
     # Stored text per session for the judge transcript (vectors and scores are kept whole).
-    session_text_bytes: int = Field(default=128 * 1024, ge=0)
+    session_text_bytes: int = Field(default=SESSION_TEXT_BYTES, ge=0)
     # An input record in flight when the worker stopped this many times is a dead letter
     # `poison_pill` instead of being processed again.
     poison_pill_attempts: int = Field(default=2, ge=0)  # 0: no poison-pill guard
@@ -341,6 +327,29 @@ def settings_model(specs: Iterable[SuiteSpec]) -> type[CoreSettings]:
 
 
 if TYPE_CHECKING:  # the built-in suites' sections, typed for the type checker
+    from worker.suites.alignment.settings import (
+        AlignmentSettings,
+        AuthenticityWeights,
+        EmbeddingSettings,
+        JudgeSettings,
+        OverallWeights,
+        SeverityWeights,
+        VerbosityLimits,
+    )
+    from worker.suites.extraction.settings import (
+        CotConfig,
+        ExtractionMetricsConfig,
+        ExtractionSettings,
+        HallucinationConfig,
+        RelaxedConfig,
+        SchemaModeConfig,
+    )
+    from worker.suites.safe.settings import (
+        MetricThreshold,
+        SafeSettings,
+        SafeThresholds,
+        SafeWeights,
+    )
 
     class Settings(CoreSettings):
         """Everything scorestream can be configured with."""
@@ -352,6 +361,18 @@ if TYPE_CHECKING:  # the built-in suites' sections, typed for the type checker
 
 else:
     Settings = settings_model(registry.specs())
+
+
+def __getattr__(name: str) -> Any:
+    """A suite's section model (or one of its parts) by name, e.g. `SafeSettings`: looked
+    up in the registered suites' settings modules, so this module imports none of them."""
+    for spec in registry.specs():
+        module = sys.modules[spec.settings.__module__]
+        model = getattr(module, name, None)
+        is_model = isinstance(model, type) and issubclass(model, BaseModel)
+        if is_model and model.__module__ == module.__name__:
+            return model
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # ---------------------------------------------------------------- loading
@@ -423,6 +444,10 @@ def _format_error(exc: ValidationError, origin: str) -> str:
     return "\n".join(f"{origin}: {line}" for line in error_lines(exc, root="(root)"))
 
 
+# The seed's SAFE_V0_* variables and safe.config.json layer onto the default thresholds.
+_SAFE_DEFAULTS: dict[str, Any] = registry.get("safe").settings().model_dump(by_alias=True)
+
+
 def load_settings(
     config_file: str | Path | None = None,
     overrides: dict[str, Any] | None = None,
@@ -437,9 +462,7 @@ def load_settings(
     env = dict(os.environ if environ is None else environ)
     path = config_file or env.get("SCORESTREAM_CONFIG")
     # Start from the default thresholds so that one overridden level keeps the other.
-    file_values: dict[str, Any] = {
-        "safe": {"thresholds": SafeThresholds().model_dump(by_alias=True)}
-    }
+    file_values: dict[str, Any] = {"safe": {"thresholds": _SAFE_DEFAULTS["thresholds"]}}
     safe_json = Path(safe_config_json) if safe_config_json else Path("safe.config.json")
     if safe_json.is_file():
         file_values = deep_merge(file_values, {"safe": _read_safe_config_json(safe_json)})

@@ -28,6 +28,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import orjson
@@ -68,10 +69,23 @@ class Outcome:
     seconds: float = 0.0  # scoring time in the child (the deadline when it timed out)
 
 
+def section_factory(suite: str, factory: Callable[[Any], Callable[[Any], Any]]) -> ScorerFactory:
+    """A `ScorerFactory` handing `factory` only the suite's own section of the settings."""
+    return partial(_from_section, suite, factory)
+
+
+def _from_section(
+    suite: str, factory: Callable[[Any], Callable[[Any], Any]], settings: Settings
+) -> Callable[[Any], Any]:
+    return factory(getattr(settings, suite))
+
+
 def case_scorer_factories() -> dict[str, ScorerFactory]:
     """The case scorer factory of every registered suite scored case by case."""
     return {
-        spec.name: spec.case_scorer for spec in registry.specs() if spec.case_scorer is not None
+        spec.name: section_factory(spec.name, spec.case_scorer)
+        for spec in registry.specs()
+        if spec.case_scorer is not None
     }
 
 
@@ -318,4 +332,4 @@ def _packed(scored: Scored) -> bytes:
     return orjson.dumps(fields)
 
 
-__all__ = ["Case", "Outcome", "ScoringPool", "case_scorer_factories"]
+__all__ = ["Case", "Outcome", "ScoringPool", "case_scorer_factories", "section_factory"]

@@ -12,6 +12,9 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict
 
+# Default of `limits.session_text_bytes`: stored text per session for the judge transcript.
+SESSION_TEXT_BYTES = 128 * 1024
+
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
 
@@ -56,6 +59,7 @@ class Section(BaseModel):
 
 
 __all__ = [
+    "SESSION_TEXT_BYTES",
     "ConfigError",
     "Duration",
     "NonNegativeDuration",

@@ -44,10 +44,10 @@ from worker.input.files import (
 from worker.input.records import check_limits
 from worker.input.rejections import SCORING_ERROR, SCORING_TIMEOUT, Rejected
 from worker.input.unknown_fields import NATIVE_ROW_KEYS, unknown_fields
-from worker.scoring_pool import ScorerFactory, ScoringPool
-from worker.scoring_suites import ALIGNMENT_TURN, alignment_turn_scorer
+from worker.scoring_pool import ScorerFactory, ScoringPool, section_factory
 from worker.suites import registry
 from worker.suites.alignment.scoring import classifier_from_settings
+from worker.suites.alignment.streaming import ALIGNMENT_TURN, alignment_turn_scorer
 from worker.suites.base import BatchItem, BatchOptions, BatchReport, BatchScorer, Scored
 
 PROGRESS_MIN_ROWS = 500  # a progress bar only for files this large, on a terminal
@@ -82,7 +82,7 @@ class Scorers:
                 self.unavailable[suite] = f"suite {suite!r} is not available (known: {known})"
                 raise SuiteUnavailable(self.unavailable[suite])
             try:
-                self._scorers[suite] = spec.batch_scorer(self.settings, self.options)
+                self._scorers[suite] = spec.batch_scorer(spec.section(self.settings), self.options)
             except Exception as exc:  # e.g. a suite's own configuration check
                 self.unavailable[suite] = f"suite {suite!r} cannot start: {exc}"
                 raise SuiteUnavailable(self.unavailable[suite]) from exc
@@ -225,8 +225,9 @@ class DeadlineTurns:
         personas = {persona_id: catalog.get(persona_id) for persona_id in catalog.ids()}
         vectors = {pid: persona.example_vectors for pid, persona in personas.items()}
         classifiers = {pid: persona.trait_classifier for pid, persona in personas.items()}
-        safety = classifier_from_settings(self.settings)
-        return {ALIGNMENT_TURN: partial(alignment_turn_scorer, vectors, classifiers, safety)}
+        safety = classifier_from_settings(self.settings.alignment)
+        scorer = partial(alignment_turn_scorer, vectors, classifiers, safety)
+        return {ALIGNMENT_TURN: section_factory("alignment", scorer)}
 
     def close(self) -> None:
         if self.pool is not None:
@@ -311,6 +312,7 @@ def run_score(args: argparse.Namespace) -> int:
         concern=args.concern,
         judge=getattr(args, "judge", False),
         verbose=args.verbose,
+        session_text_bytes=settings.limits.session_text_bytes,
     )
     scorers = Scorers(settings, options)
     if args.suite:

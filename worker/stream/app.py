@@ -43,7 +43,6 @@ from worker.stream.publish import Folding, Publisher, StreamTopics
 from worker.stream.scoring import ScoreStage
 from worker.stream.sessions import SessionStage
 from worker.stream.windows import WindowStage, gate_windows
-from worker.suites.alignment.judge_client import SafetyJudge
 from worker.suites.registry import AGGREGATORS
 from worker.windowing.windows import pane_width
 
@@ -149,7 +148,6 @@ class ScorestreamApp:
         self.inflight = durable_table(
             app, "inflight", partitions=partitions, key_type=str, extra_topic_configs=internal
         )
-        judge = settings.alignment.judge
         width = pane_width(gate_windows(settings))
         folding = None if width is None else Folding(width, AGGREGATORS, settings.reservoir_size)
         self.scoring = ScoreStage(context, app, self.inflight, self.ready, folding)
@@ -158,9 +156,6 @@ class ScorestreamApp:
             self.sessions,
             self.progress,
             self.executor,
-            SafetyJudge(judge, on_error=context.telemetry.record_judge_error)
-            if judge is not None
-            else None,
         )
         self.window_stage = WindowStage(context, self.windows, self.progress, self.gate_states)
         app.agent(self.topics.input, name="score")(self.scoring.agent)
@@ -181,7 +176,8 @@ class ScorestreamApp:
         rules = self.settings.sources.otlp
         if rules is None:
             return None
-        personas = self.suites.personas
+        # OTLP spans become alignment turns: a persona is known when that suite has it.
+        personas = getattr(self.suites.sessions, "personas", ())
         source = OtlpSource(
             rules, self.settings.limits.text_bytes, lambda persona: persona in personas
         )

@@ -26,7 +26,7 @@ log = logging.getLogger("scorestream")
 
 # What the scoring pool's children need besides the case scorers: the alignment turn
 # scorer and the safety classifier's scikit-learn.
-POOL_PRELOAD = ("worker.scoring_suites", "worker.suites.alignment.safety_classifier")
+POOL_PRELOAD = ("worker.suites.alignment.streaming", "worker.suites.alignment.safety_classifier")
 
 
 @dataclass

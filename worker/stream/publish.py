@@ -28,7 +28,7 @@ from worker.stream.faust_patches.internals import kafka_producer
 from worker.stream.faust_patches.record_batches import send_batches
 from worker.suites.base import Scored, SuiteAggregator
 from worker.windowing.pane_folds import PaneFold
-from worker.windowing.watermark import Marker
+from worker.windowing.watermark import Marker, markers_in, markers_value
 
 log = logging.getLogger("scorestream")
 
@@ -187,10 +187,9 @@ SEGMENT_CACHE_SIZE = 4096  # distinct (suite, segment) entries kept; then it sta
 Segments = tuple[tuple[str, dict[str, str], bytes], ...]
 
 
-def marker_of(data: dict[str, object]) -> Marker | None:
-    """The marker in a decoded internal-topic value, or None for a data record."""
-    raw = data.get("wm")
-    return None if raw is None else Marker.from_json(raw)
+def markers_of(data: dict[str, Any]) -> list[Marker]:
+    """The markers in a decoded internal-topic value (none for a data record)."""
+    return markers_in(data)
 
 
 class Publisher:
@@ -324,9 +323,11 @@ class Publisher:
         """Forward an alignment record to the session stage, keyed by its session."""
         await self.send(self.topics.turns, session_id, value)
 
-    async def marker(self, topic: TopicT, marker: Marker) -> None:
-        """Send `marker` to every partition of an internal topic."""
-        value = orjson.dumps({"wm": marker.to_json()})
+    async def markers(self, topic: TopicT, markers: Sequence[Marker]) -> None:
+        """Send `markers`, as one record, to every partition of an internal topic."""
+        if not markers:
+            return
+        value = markers_value(markers)
         for partition in range(self.settings.stream.partitions):
             await self.send(topic, MARKER_KEY, value, partition=partition)
 

@@ -1,7 +1,9 @@
 """The score stage: reads the input topic, scores the case-by-case suites (in the
 scoring pool's child processes, each record under `limits.scoring_deadline`),
 forwards alignment records to the session stage, dead-letters what cannot be scored, and
-tells the downstream stages how far each input partition has got (watermark markers).
+tells the downstream stages how far each input partition has got (watermark markers:
+right behind each micro-batch's outputs, and from the timer for idle partitions and as a
+heartbeat).
 """
 
 from __future__ import annotations
@@ -71,6 +73,7 @@ class ScoreStage:
         self.publisher = context.publisher
         self.clocks: dict[int, PartitionClock] = {}
         self.sent: dict[int, tuple[float, float]] = {}  # partition -> (progress, sent at)
+        self.input_partitions: int | None = None  # of the input topic, once known
         # A micro-batch's results and scoring times, for the telemetry once it is sent.
         self._observed: list[tuple[CaseResult, float]] = []
 
@@ -86,7 +89,8 @@ class ScoreStage:
         """Score a micro-batch in order. Its results go out as they are scored (a record
         batch per partition per chunk), then its contributions to the windows, combined
         into one record per suite|segment; only then does each partition's progress
-        count the batch (its markers must follow the contributions they cover)."""
+        count the batch (its markers must follow the contributions they cover), and the
+        progress it moved goes out at once, so no window waits for the timer."""
         self._observed.clear()
         careful = await self._guard_batch(events)
         if self.folding is not None:
@@ -137,6 +141,7 @@ class ScoreStage:
             clock.observe(
                 source.offset, None if event_time is None else event_time.timestamp(), now
             )
+        await self._send_batch_progress({source.partition for source, _ in done}, now)
 
     async def supervised(
         self,
@@ -285,7 +290,7 @@ class ScoreStage:
             )
             if not isinstance(record, AlignmentRecord):  # the children said it was not a case
                 raise RuntimeError(f"a {record.suite} record came back from the scoring pool")
-            self.context.suites.check_persona(record.payload.persona_id)
+            self.context.suites.check_session(record.payload)
             await self._forward_turn(record, source, received, event_time)
             return event_time
         except OutputTooLarge as exc:
@@ -351,6 +356,7 @@ class ScoreStage:
         self.clocks.clear()
         self.sent.clear()
         self.fold_from.clear()
+        self.input_partitions = None
 
     def _learn_fold_from(self, partition: int) -> None:
         """Set `fold_from` of an input partition to its high watermark as this worker's
@@ -365,19 +371,61 @@ class ScoreStage:
         if highwater is not None:
             self.fold_from[partition] = int(highwater)
 
+    async def _send_batch_progress(self, partitions: set[int], now: float) -> None:
+        """Right behind a micro-batch's outputs: one marker record (to every partition of
+        both internal topics) with the progress of each assigned partition it moved."""
+        try:
+            count = self._input_partition_count()
+            assigned = {tp.partition for tp in self._assigned()}
+        except Exception:  # no consumer (tests) or revoked meanwhile: the timer sends it
+            log.debug("batch progress not sent", exc_info=True)
+            return
+        if not count:
+            return
+        markers = []
+        for partition in sorted(partitions & assigned):
+            clock = self.clocks.get(partition)
+            last = self.sent.get(partition)
+            if clock is None or clock.progress is None:
+                continue
+            if last is not None and last[0] >= clock.progress:
+                continue
+            markers.append(Marker(INPUT_GROUP, partition, count, clock.progress))
+        await self._send_markers(markers, now)
+
+    async def _send_markers(self, markers: list[Marker], now: float) -> None:
+        topics = self.publisher.topics
+        await self.publisher.markers(topics.turns, markers)
+        await self.publisher.markers(topics.aggregate_input, markers)
+        for marker in markers:
+            self.sent[marker.index] = (marker.value, now)
+
+    def _input_partition_count(self) -> int | None:
+        if self.input_partitions is None:
+            topic = self.settings.topics.input
+            count = self.app.consumer.topic_partitions(topic) or self._partition_count(topic)
+            self.input_partitions = count or None
+        return self.input_partitions
+
+    def _assigned(self) -> list[TP]:
+        """The input partitions this worker reads, in order."""
+        topic = self.settings.topics.input
+        return sorted(
+            (tp for tp in self.app.consumer.assignment() if tp.topic == topic),
+            key=lambda tp: tp.partition,
+        )
+
     async def send_progress(self) -> None:
         """Send a marker for every assigned input partition whose progress moved (or was
-        not sent for `marker_heartbeat`), after letting idle ones follow the wall clock."""
+        not sent for `marker_heartbeat`), after letting idle ones follow the wall clock:
+        one marker record, to every partition of both internal topics."""
         consumer = self.app.consumer
-        topic = self.settings.topics.input
-        count = consumer.topic_partitions(topic) or self._partition_count(topic)
+        count = self._input_partition_count()
         if not count:
             return
         now = self.context.clock()
-        assigned = sorted(
-            (tp for tp in consumer.assignment() if tp.topic == topic), key=lambda tp: tp.partition
-        )
-        for tp in assigned:
+        markers = []
+        for tp in self._assigned():
             clock = self.clocks.get(tp.partition)
             if clock is None:
                 clock = self.clocks[tp.partition] = PartitionClock(quiet_since=now)
@@ -396,11 +444,8 @@ class ScoreStage:
             heartbeat = self.settings.stream.marker_heartbeat
             if last is not None and last[0] == clock.progress and now - last[1] < heartbeat:
                 continue
-            marker = Marker(INPUT_GROUP, tp.partition, count, clock.progress)
-            topics = self.publisher.topics
-            await self.publisher.marker(topics.turns, marker)
-            await self.publisher.marker(topics.aggregate_input, marker)
-            self.sent[tp.partition] = (clock.progress, now)
+            markers.append(Marker(INPUT_GROUP, tp.partition, count, clock.progress))
+        await self._send_markers(markers, now)
 
     def _partition_count(self, topic: str) -> int | None:
         """Partitions of `topic` from the consumer's cluster metadata (Faust's own answer

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Mapping, MutableMapping
+from collections.abc import Awaitable, Mapping, MutableMapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -29,7 +29,7 @@ from worker import aggregation
 from worker.config import Settings, WindowConfig
 from worker.gates.evaluator import GateEvaluator, applies_to, gate_key, gated_metrics
 from worker.stream.context import StreamContext, event_context, run_to_completion
-from worker.stream.publish import marker_of
+from worker.stream.publish import markers_of
 from worker.stream.scoring import INPUT_GROUP
 from worker.stream.sessions import SESSION_GROUP
 from worker.suites.registry import AGGREGATORS
@@ -131,9 +131,9 @@ class WindowStage:
     async def process(self, event: EventT) -> None:
         data = orjson.loads(event.value)
         partition = event.message.partition
-        marker = marker_of(data)
-        if marker is not None:
-            await self.on_marker(partition, marker)
+        markers = markers_of(data)
+        if markers:
+            await self.on_markers(partition, markers)
             return
         fold = data.get("fold")
         if fold is not None:
@@ -154,11 +154,12 @@ class WindowStage:
                 watermark = self.store.watermark(partition).value()
                 self.late_log.record(result.suite, result.ts.timestamp(), watermark)
 
-    async def on_marker(self, partition: int, marker: Marker) -> None:
+    async def on_markers(self, partition: int, markers: Sequence[Marker]) -> None:
         """Close what the watermark passed; resolve gates gone quiet; now and then publish
         what changed."""
-        for emission in self.store.advance(partition, marker):
-            await self._emit(emission, partition)
+        for marker in markers:
+            for emission in self.store.advance(partition, marker):
+                await self._emit(emission, partition)
         watermark = self.store.watermark(partition).value()
         if watermark is not None and watermark != self.last_watermark.get(partition):
             self.last_watermark[partition] = watermark

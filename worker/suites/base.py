@@ -13,15 +13,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from pydantic import BaseModel, JsonValue
 from rich.console import Console
 
 from schemas.outputs import CountValue, Grade, Label, Versions
-
-if TYPE_CHECKING:
-    from worker.config import Settings
+from worker.settings_base import SESSION_TEXT_BYTES
 
 SCORER_VERSION = "0.1.0"
 
@@ -97,7 +95,8 @@ class BatchReport(Protocol):
 class BatchScorer(Protocol):
     """Drives `scorestream score` for one suite.
 
-    Made by the suite's `make_batch_scorer(settings: Settings, options: BatchOptions)`.
+    Made by the suite's `make_batch_scorer(section, options: BatchOptions)` from its own
+    settings section.
     """
 
     def native_payload(self, row: dict[str, Any]) -> Any:
@@ -116,12 +115,14 @@ class BatchScorer(Protocol):
 
 @dataclass(frozen=True)
 class BatchOptions:
-    """Command-line options of `scorestream score` that suites may use."""
+    """Command-line options of `scorestream score` that suites may use, and the generic
+    limits a suite needs besides its own section."""
 
     strict_ah: bool = False
     concern: str | None = None
     judge: bool = False
     verbose: bool = False
+    session_text_bytes: int = SESSION_TEXT_BYTES  # `limits.session_text_bytes`
 
 
 def exit_code_for_labels(labels: list[Label | None]) -> int:
@@ -179,6 +180,113 @@ def rate_values(rates: Mapping[str, float]) -> list[tuple[str, str, float]]:
     return [(metric, "rate", value) for metric, value in rates.items()]
 
 
+@dataclass(frozen=True)
+class TurnInput:
+    """One assistant turn of a session record, as the session stage applies it."""
+
+    index: int
+    text: str
+    user: str = ""
+    final: bool = False
+
+
+class SessionSuite(Protocol):
+    """The suite that keeps sessions, as the streaming session stage uses it (made once by
+    its spec's `sessions`; the stage finds it with `registry.session_suite()`).
+
+    Its records are turns, or whole sessions, keyed by session. Each turn text is scored
+    in the scoring pool (`pool_scorer`) with its vector from `embed`, or with None when
+    it was not embedded (the stage was more than `max_lag` behind); the session is scored
+    when it closes: on its final turn, at its bound, or idle for `idle_timeout` in event
+    time. A state is whatever the suite keeps for one open session (`dump`/`restore`
+    JSON for the changelog table).
+    """
+
+    @property
+    def record_model(self) -> type[Any]:
+        """The envelope model of its records (a pydantic model with a `payload`)."""
+        ...
+
+    @property
+    def pool_scorer(self) -> str:
+        """The scoring pool's name of its turn scorer."""
+        ...
+
+    @property
+    def idle_timeout(self) -> float: ...
+
+    @property
+    def max_lag(self) -> float | None: ...
+
+    def texts(self, payload: Mapping[str, Any]) -> list[str]:
+        """The texts to embed and score of one record's payload (decoded JSON), in order."""
+        ...
+
+    def pool_item(self, payload: Mapping[str, Any], text: str, vector: Any) -> Any:
+        """What the pool's turn scorer gets for one text of `payload`."""
+        ...
+
+    def embed(self, texts: list[str]) -> Any:
+        """One vector per text (runs in the stage's embedding executor)."""
+        ...
+
+    def check(self, payload: Any) -> None:
+        """Raise `Rejected` for a record this suite cannot score (at the score stage)."""
+        ...
+
+    def session_id(self, payload: Any) -> str: ...
+
+    def turns(self, payload: Any) -> tuple[list[TurnInput], bool]:
+        """The turns of a record's payload, and whether it is a whole session."""
+        ...
+
+    def open(self, payload: Any) -> Any:
+        """A new state for the session of `payload`."""
+        ...
+
+    def check_turn(self, state: Any, payload: Any) -> None:
+        """Raise `Rejected` when `payload` cannot join the session of `state`."""
+        ...
+
+    def add(self, state: Any, turn: TurnInput, scored: Any, vector: Any, now: float) -> None:
+        """Add a scored turn to the state (`now`: the wall clock)."""
+        ...
+
+    def dump(self, state: Any) -> Any: ...
+
+    def restore(self, stored: Any) -> Any: ...
+
+    def is_complete(self, state: Any, final_index: int | None) -> bool:
+        """Whether every turn up to the final one has arrived (or the bound is reached)."""
+        ...
+
+    def turn_count(self, state: Any) -> int: ...
+
+    def state_session_id(self, state: Any) -> str: ...
+
+    def turn_scored(self, scored: Any) -> Scored:
+        """The result of one turn from what the pool's turn scorer returned."""
+        ...
+
+    def make_judge(self, on_error: Callable[[str], None]) -> Any | None:
+        """The session judge the configuration asks for (None: none); `on_error` counts
+        its failures by reason."""
+        ...
+
+    async def score_session(self, state: Any, judge: Any | None) -> Scored:
+        """Score a closed session (with `judge`'s verdict when there is one)."""
+        ...
+
+    def warm_up(self) -> None:
+        """Load what the first records would otherwise wait for."""
+        ...
+
+    def pool_factories(self) -> dict[str, Callable[[Any], Callable[[Any], Any]]]:
+        """The scoring pool's turn scorer factory (`pool_scorer`: section in, scorer out),
+        carrying what needed the encoder."""
+        ...
+
+
 # A streaming case scorer: one payload in, one `Scored` out (raises `Rejected`).
 CaseScorer = Callable[[Any], Scored]
 # (metric, stat, value) series an aggregate's suite figures add to gates and telemetry.
@@ -193,7 +301,8 @@ class SuiteSpec:
 
     `name` is the suite's wire name (`suite` of envelopes, results, aggregates); its
     section of the configuration is `Settings.<name>` (model `settings`), its figures
-    `Aggregate.<name>` (model `figures`).
+    `Aggregate.<name>` (model `figures`). Every entry point that takes settings takes
+    that section alone (`section`); a suite never sees the whole `Settings`.
     """
 
     name: str
@@ -207,18 +316,25 @@ class SuiteSpec:
     report_rows: tuple[str, str]  # (list key, id key) of per-case rows in its JSON report
     recognises: Callable[[Mapping[str, Any]], bool]  # a native row of this suite?
     aggregator: Callable[[], SuiteAggregator]
-    batch_scorer: Callable[[Settings, BatchOptions], BatchScorer]
-    versions: Callable[[Settings], Versions]
+    batch_scorer: Callable[[Any, BatchOptions], BatchScorer]  # (section, options)
+    versions: Callable[[Any], Versions]  # (section)
     figure_values: FigureValues
     scorecard: tuple[ScorecardColumn, ...]
-    # Streaming: a case scorer loaded once; None for a suite scored by a stage of its own
-    # (alignment sessions).
-    case_scorer: Callable[[Settings], CaseScorer] | None = None
+    # Streaming: a case scorer loaded once from the section; None for a suite scored by a
+    # stage of its own (alignment sessions).
+    case_scorer: Callable[[Any], CaseScorer] | None = None
+    # Streaming: the suite that keeps sessions loads its `SessionSuite` here (section, the
+    # session text limit, an encoder or None for its own); None for every other suite.
+    sessions: Callable[[Any, int, Any], SessionSuite] | None = None
 
     @property
     def scored_in_sessions(self) -> bool:
         """Whether the streaming worker scores this suite's records as session turns."""
         return self.case_scorer is None
+
+    def section(self, settings: Any) -> Any:
+        """This suite's section of the whole settings (`Settings.<name>`)."""
+        return getattr(settings, self.name)
 
     def metric(self, name: str) -> MetricInfo | None:
         """The metadata of one of the suite's metrics (scores first), or None."""

@@ -35,6 +35,9 @@ def register(spec: SuiteSpec) -> None:
     """Add a suite (a name already registered is an error)."""
     if spec.name in _SPECS:
         raise ValueError(f"suite {spec.name!r} is already registered")
+    keeper = session_suite()
+    if spec.sessions is not None and keeper is not None:
+        raise ValueError(f"suite {keeper.name!r} already keeps sessions (one suite may)")
     _SPECS[spec.name] = spec
     _reindex()
 
@@ -66,6 +69,12 @@ def get(name: str) -> SuiteSpec:
     if spec is None:
         raise KeyError(f"unknown suite {name!r} (known: {', '.join(_SPECS)})")
     return spec
+
+
+def session_suite() -> SuiteSpec | None:
+    """The suite whose records the streaming worker scores as session turns (the one
+    with a `sessions` loader), or None."""
+    return next((spec for spec in _SPECS.values() if spec.sessions is not None), None)
 
 
 def native_suite(row: Mapping[str, Any]) -> str | None:
@@ -133,6 +142,7 @@ __all__ = [
     "names",
     "native_suite",
     "register",
+    "session_suite",
     "specs",
     "unregister",
 ]

@@ -11,12 +11,17 @@ Pure: no Kafka, no clock; the wall-clock time is a parameter wherever it matters
   same path as the records they cover. Its value is the minimum over every expected
   channel, and None while any of them has not reported yet. Progress never moves back.
 - `check_event_time` rejects the times that would close every open window at once.
+- `markers_value` and `markers_in` write and read a marker record: `{"wm": marker}`, or
+  `{"wm": [marker, ...]}` for the progress of several channels in one record.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+import orjson
 
 EPOCH = 0.0  # 1970-01-01T00:00:00Z
 
@@ -96,6 +101,23 @@ class Marker:
         return cls(str(group), int(index), int(count), float(value))
 
 
+def markers_value(markers: Sequence[Marker]) -> bytes:
+    """The value of one marker record carrying `markers` (one: the single form)."""
+    if len(markers) == 1:
+        return orjson.dumps({"wm": markers[0].to_json()})
+    return orjson.dumps({"wm": [marker.to_json() for marker in markers]})
+
+
+def markers_in(data: Mapping[str, Any]) -> list[Marker]:
+    """The markers in a decoded internal-topic value (none for a data record)."""
+    raw = data.get("wm")
+    if raw is None:
+        return []
+    if raw and isinstance(raw[0], list):
+        return [Marker.from_json(item) for item in raw]
+    return [Marker.from_json(raw)]
+
+
 @dataclass
 class Watermark:
     """Progress of every upstream channel of one stage partition; the minimum closes.
@@ -159,4 +181,6 @@ __all__ = [
     "PartitionClock",
     "Watermark",
     "check_event_time",
+    "markers_in",
+    "markers_value",
 ]

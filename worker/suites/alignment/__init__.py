@@ -1,6 +1,8 @@
 """The `alignment` suite: brand voice (authenticity), safety and stability of sessions.
 
-For the streaming worker, load once per process::
+The streaming worker uses it through `streaming.AlignmentSessions` (the registry's
+session suite). Every function below takes the `alignment` section (`settings` here),
+not the whole `Settings`. Load once per process::
 
     embedder = embedder_from_settings(settings)   # alignment.embedding: onnx or torch
     catalog = PersonaCatalog.from_settings(settings, embedder)   # personas, vectors cached
@@ -19,7 +21,7 @@ configuration section), `scoring.py` (pure), `aggregate.py`, `report.py`, `rende
 (console and Markdown), `batch.py` (`scorestream score`); at its edge,
 `embedding_model.py` / `onnx_minilm.py` (the model), `judge_client.py` (the HTTP judge;
 its protocol, pure: `judge_verdict.py`),
-`personas.py` and `safety_files.py` (YAML files).
+`personas.py` and `safety_files.py` (YAML files), `streaming.py` (its `SessionSuite`).
 """
 
 from worker.suites.alignment.aggregate import AlignmentAggregator

@@ -38,7 +38,7 @@ from worker.suites.alignment.scoring import (
 from worker.suites.base import BatchItem, BatchOptions, Scored
 
 if TYPE_CHECKING:
-    from worker.config import Settings
+    from worker.suites.alignment.settings import AlignmentSettings
 
 # (persona_id, text, sentence vector) of each turn and its "file:line" -> a score, or
 # the reason it has none, per turn.
@@ -92,11 +92,11 @@ class AlignmentBatchScorer:
     """Scores alignment rows offline with the streaming worker's pure functions."""
 
     def __init__(
-        self, settings: Settings, options: BatchOptions, embedder: Embedder | None = None
+        self, settings: AlignmentSettings, options: BatchOptions, embedder: Embedder | None = None
     ) -> None:
         self.settings = settings
         self.options = options
-        if options.judge and settings.alignment.judge is None:
+        if options.judge and settings.judge is None:
             raise ConfigError("--judge needs an alignment.judge section in the configuration")
         self.embedder: Embedder = embedder or embedder_from_settings(settings)
         self.catalog = PersonaCatalog(personas_from_settings(settings), self.embedder)
@@ -189,7 +189,12 @@ class AlignmentBatchScorer:
             user = turn.user or draft.user_before(index)
             state = states.get(draft.session_id)
             if state is None:
-                state = SessionState.new(draft.session_id, draft.persona_id, self.settings)
+                state = SessionState.new(
+                    draft.session_id,
+                    draft.persona_id,
+                    self.settings,
+                    self.options.session_text_bytes,
+                )
                 state.duplicates = draft.duplicates
                 states[draft.session_id] = state
             state.add(index, scored, vector, text=turn.text, user=user)
@@ -206,7 +211,7 @@ class AlignmentBatchScorer:
                 }
             )
         verdicts, judge_stats = self._judge(states)
-        judge_settings = self.settings.alignment.judge
+        judge_settings = self.settings.judge
         aggregator = AlignmentAggregator()
         figures_state = aggregator.initialise()
         sessions: list[dict[str, Any]] = []
@@ -265,7 +270,7 @@ class AlignmentBatchScorer:
         self, states: dict[str, SessionState]
     ) -> tuple[dict[str, JudgeVerdict], JudgeStats | None]:
         """The judge's verdict on each session (none without `--judge`)."""
-        judge_settings = self.settings.alignment.judge
+        judge_settings = self.settings.judge
         if not self.options.judge or judge_settings is None or not states:
             return {}, None
         session_ids = list(states)
@@ -280,7 +285,7 @@ class AlignmentBatchScorer:
 
 
 def make_batch_scorer(
-    settings: Settings, options: BatchOptions, embedder: Embedder | None = None
+    settings: AlignmentSettings, options: BatchOptions, embedder: Embedder | None = None
 ) -> AlignmentBatchScorer:
     """The `BatchScorer` of the alignment suite (`embedder` defaults to all-MiniLM-L6-v2)."""
     return AlignmentBatchScorer(settings, options, embedder)

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 import numpy as np
 
 if TYPE_CHECKING:
-    from worker.config import Settings
+    from worker.suites.alignment.settings import AlignmentSettings
 
 MINILM_DIMENSIONS = 384
 Backend = Literal["onnx", "torch"]
@@ -169,9 +169,9 @@ class MiniLMEmbedder:
         return normalise_rows(vectors)
 
 
-def embedder_from_settings(settings: Settings) -> MiniLMEmbedder:
+def embedder_from_settings(settings: AlignmentSettings) -> MiniLMEmbedder:
     """The MiniLM embedder configured by `alignment.embedding`."""
-    options = settings.alignment.embedding
+    options = settings.embedding
     return MiniLMEmbedder(
         batch_size=options.batch_size,
         backend=options.backend,

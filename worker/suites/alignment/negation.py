@@ -25,6 +25,8 @@ from __future__ import annotations
 import re
 from bisect import bisect_right
 
+from worker.suites.literal_prefilter import fold
+
 SPAN_WORDS = 10
 SPAN_CHARS = 256  # no more of the text before a match is read, whatever its words' length
 
@@ -95,8 +97,21 @@ _CLAUSE_BREAK = re.compile(
     r"|\b(?:but|instead|however)\b",
     re.IGNORECASE,
 )
+_BREAK_CHARACTERS = ".!?;:\n,—–-"  # every clause break has one, or one of _TURN_WORDS
+_TURN_WORDS = ("but", "instead", "however")
 _WORD = re.compile(r"\S+")
 _SPACE = re.compile(r"\s")
+
+
+def clause_break_ends(text: str) -> list[int]:
+    """The end positions of `_CLAUSE_BREAK`'s matches. A text with none of the characters
+    or words a break needs is not scanned: the regex is tried at every position (about
+    9 ms on 256 KiB), a look for a few characters and words costs about 1 ms."""
+    if not any(char in text for char in _BREAK_CHARACTERS):
+        folded = fold(text)  # lower case, with the letters re's IGNORECASE folds onto ASCII
+        if folded is not None and not any(word in folded for word in _TURN_WORDS):
+            return []
+    return [hit.end() for hit in _CLAUSE_BREAK.finditer(text)]
 
 
 class NegationScope:
@@ -108,7 +123,7 @@ class NegationScope:
     def __init__(self, text: str, span_words: int = SPAN_WORDS) -> None:
         self.text = text
         self.span_words = span_words
-        self._break_ends = [hit.end() for hit in _CLAUSE_BREAK.finditer(text)]
+        self._break_ends = clause_break_ends(text)
         self._verdicts: dict[tuple[bool, str], bool] = {}
 
     def _stretch(self, start: int) -> tuple[bool, str]:
@@ -163,4 +178,11 @@ def is_protected(text: str, start: int, span_words: int = SPAN_WORDS) -> bool:
     return NegationScope(text, span_words).protects(start)
 
 
-__all__ = ["SPAN_CHARS", "SPAN_WORDS", "NegationScope", "clause_before", "is_protected"]
+__all__ = [
+    "SPAN_CHARS",
+    "SPAN_WORDS",
+    "NegationScope",
+    "clause_before",
+    "clause_break_ends",
+    "is_protected",
+]

@@ -33,8 +33,8 @@ from worker.suites.alignment.traits import TRAIT_VALUES
 from worker.yaml_files import read_yaml
 
 if TYPE_CHECKING:
-    from worker.config import Settings
     from worker.suites.alignment.embedding_model import Embedder
+    from worker.suites.alignment.settings import AlignmentSettings
 
 _TOP_LEVEL_KEYS = {
     "id",
@@ -180,9 +180,9 @@ def default_personas_dir() -> Path:
     return Path.cwd() / "examples" / "personas"
 
 
-def personas_from_settings(settings: Settings) -> dict[str, Persona]:
+def personas_from_settings(settings: AlignmentSettings) -> dict[str, Persona]:
     """Personas of `alignment.personas_dir`, else the bundled examples."""
-    return load_personas(settings.alignment.personas_dir or default_personas_dir())
+    return load_personas(settings.personas_dir or default_personas_dir())
 
 
 class PersonaCatalog:
@@ -200,7 +200,7 @@ class PersonaCatalog:
         self._classifier: TraitClassifier | None = None
 
     @classmethod
-    def from_settings(cls, settings: Settings, embedder: Embedder) -> PersonaCatalog:
+    def from_settings(cls, settings: AlignmentSettings, embedder: Embedder) -> PersonaCatalog:
         return cls(personas_from_settings(settings), embedder)
 
     def __contains__(self, persona_id: object) -> bool:

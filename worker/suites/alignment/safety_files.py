@@ -11,7 +11,7 @@ from worker.suites.alignment.safety import SafetyPatterns, parse_patterns
 from worker.yaml_files import read_yaml
 
 if TYPE_CHECKING:
-    from worker.config import Settings
+    from worker.suites.alignment.settings import AlignmentSettings
 
 DEFAULT_PATTERNS_FILE = Path(__file__).resolve().parents[2] / "data" / "safety_patterns.yaml"
 
@@ -28,7 +28,7 @@ def _cached_patterns(path: str | None) -> SafetyPatterns:
     return load_safety_patterns(path)
 
 
-def patterns_from_settings(settings: Settings) -> SafetyPatterns:
+def patterns_from_settings(settings: AlignmentSettings) -> SafetyPatterns:
     """`alignment.safety_patterns` (else the shipped list), loaded once per path."""
-    path = settings.alignment.safety_patterns
+    path = settings.safety_patterns
     return _cached_patterns(str(path) if path else None)

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from pydantic import JsonValue
 
+from worker.settings_base import SESSION_TEXT_BYTES
 from worker.suites.alignment.judge_verdict import render_transcript
 from worker.suites.alignment.personas import Persona
 from worker.suites.alignment.safety import (
@@ -46,8 +47,8 @@ from worker.suites.alignment.traits import match_traits, word_count
 from worker.suites.base import Scored, grade_for
 
 if TYPE_CHECKING:
-    from worker.config import Settings
     from worker.suites.alignment.safety_classifier import ClassifierVerdict, SafetyClassifier
+    from worker.suites.alignment.settings import AlignmentSettings
 
 SESSION_METRICS = (
     "authenticity",
@@ -64,10 +65,10 @@ MAX_STORED_VIOLATIONS = 20  # per turn, kept for the session result
 SAMPLED_OUT = "sampled_out"  # `details.embedding` of a turn scored without its vector
 
 
-def classifier_from_settings(settings: Settings) -> SafetyClassifier | None:
+def classifier_from_settings(settings: AlignmentSettings) -> SafetyClassifier | None:
     """The offline safety classifier at `alignment.safety_classifier.threshold`, or None
     when it is disabled (trained once per process, on first use)."""
-    config: SafetyClassifierSettings = settings.alignment.safety_classifier
+    config: SafetyClassifierSettings = settings.safety_classifier
     if not config.enabled:
         return None
     from worker.suites.alignment.safety_classifier import classifier_with_threshold
@@ -180,7 +181,7 @@ class TurnSafety:
 
 def score_safety(
     text: str,
-    settings: Settings,
+    settings: AlignmentSettings,
     patterns: SafetyPatterns | None = None,
     classifier: SafetyClassifier | bool | None = True,
 ) -> TurnSafety:
@@ -194,7 +195,7 @@ def score_safety(
     patterns = patterns if patterns is not None else patterns_from_settings(settings)
     matches = tuple(patterns.find(text))
     critical = any(match.severity == "critical" for match in matches)
-    weight = turn_violation_weight(matches, settings.alignment.severity_weights)
+    weight = turn_violation_weight(matches, settings.severity_weights)
     keyword = keyword_safety([weight], critical)
     if classifier is True:
         classifier = classifier_from_settings(settings)
@@ -213,7 +214,7 @@ def score_turn(
     text: str,
     persona: Persona,
     embedding: np.ndarray,
-    settings: Settings,
+    settings: AlignmentSettings,
     patterns: SafetyPatterns | None = None,
     classifier: SafetyClassifier | bool | None = True,
 ) -> TurnScore:
@@ -223,7 +224,7 @@ def score_turn(
     """
     if persona.example_vectors is None:
         raise ValueError(f"persona {persona.id!r} has no example vectors (use PersonaCatalog)")
-    alignment = settings.alignment
+    alignment = settings
     style_sim = style_similarity(embedding, persona.example_vectors)
     traits = match_traits(
         text, persona.traits, alignment.verbosity, embedding, persona.trait_classifier
@@ -252,7 +253,7 @@ def score_turn(
         mismatched_traits=traits.mismatched,
         preferred_found=lexicon.preferred_found if lexicon else [],
         avoided_found=lexicon.avoided_found if lexicon else {},
-        word_count=word_count(text),
+        word_count=traits.word_count,
         keyword_safety=safety.keyword_safety,
         classifier=safety.classifier,
     )
@@ -261,7 +262,7 @@ def score_turn(
 def safety_only_turn(
     text: str,
     persona_id: str,
-    settings: Settings,
+    settings: AlignmentSettings,
     patterns: SafetyPatterns | None = None,
     classifier: SafetyClassifier | bool | None = True,
 ) -> TurnScore:
@@ -378,7 +379,7 @@ class SessionState:
     session_id: str
     persona_id: str
     max_turns: int = 200
-    text_budget: int = 128 * 1024
+    text_budget: int = SESSION_TEXT_BYTES
     turns: dict[int, TurnRecord] = field(default_factory=dict)
     duplicates: int = 0
     dropped: int = 0
@@ -386,13 +387,15 @@ class SessionState:
     updated_at: float | None = None
 
     @classmethod
-    def new(cls, session_id: str, persona_id: str, settings: Settings) -> SessionState:
-        return cls(
-            session_id,
-            persona_id,
-            settings.alignment.max_turns_per_session,
-            settings.limits.session_text_bytes,
-        )
+    def new(
+        cls,
+        session_id: str,
+        persona_id: str,
+        settings: AlignmentSettings,
+        text_budget: int = SESSION_TEXT_BYTES,
+    ) -> SessionState:
+        """An empty session (`text_budget`: `limits.session_text_bytes`)."""
+        return cls(session_id, persona_id, settings.max_turns_per_session, text_budget)
 
     def text_bytes(self) -> int:
         """UTF-8 bytes of the texts kept so far."""
@@ -536,13 +539,13 @@ def stability(
 
 
 def score_session(
-    state: SessionState, settings: Settings, judge_score: float | None = None
+    state: SessionState, settings: AlignmentSettings, judge_score: float | None = None
 ) -> Scored:
     """Score a session from its kept turns; `judge_score` is the judge's 0-10 answer."""
     records = state.ordered()
     if not records:
         raise ValueError(f"session {state.session_id!r} has no assistant turns")
-    alignment = settings.alignment
+    alignment = settings
     keyword = keyword_safety(
         [record.violation_weight for record in records],
         any(record.critical for record in records),

@@ -2,7 +2,7 @@
 
 Alignment records are turns of sessions: the streaming worker scores them in its session
 stage (embeddings in micro-batches, sessions closed on timers), so the spec has no case
-scorer.
+scorer; it is the suite with a `sessions` loader (`streaming.AlignmentSessions`).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from worker.suites.alignment.aggregate import AlignmentAggregator
 from worker.suites.alignment.batch import make_batch_scorer
 from worker.suites.alignment.scoring import SESSION_METRICS
 from worker.suites.alignment.settings import AlignmentSettings
+from worker.suites.alignment.streaming import load_sessions
 from worker.suites.base import SuiteSpec, metrics, scorer_versions
 
 
@@ -45,7 +46,7 @@ SPEC = SuiteSpec(
     recognises=recognises,
     aggregator=AlignmentAggregator,
     batch_scorer=make_batch_scorer,
-    versions=lambda settings: scorer_versions("1.0"),
+    versions=lambda section: scorer_versions("1.0"),
     figure_values=figure_values,
     scorecard=(
         ("overall", "mean", "overall"),
@@ -53,4 +54,5 @@ SPEC = SuiteSpec(
         ("safety", "mean", "safety"),
         ("stability", "mean", "stability"),
     ),
+    sessions=load_sessions,
 )

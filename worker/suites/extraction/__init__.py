@@ -2,7 +2,7 @@
 
 Streaming use: build `ctx = load_context(settings.extraction)` once at start, then
 `score_case(payload, ctx) -> Scored` per case and fold with `ExtractionAggregator`.
-Offline use: `make_batch_scorer(settings, options)`.
+Offline use: `make_batch_scorer(settings.extraction, options)`.
 
 Layout (as every suite): `spec.py` (what the registry knows), `settings.py` (its
 configuration section), `scoring.py` (pure), `aggregate.py`, `report.py`, `render.py`

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -13,9 +13,7 @@ from worker.suites.extraction.render import ExtractionReport
 from worker.suites.extraction.report import CaseOutcome
 from worker.suites.extraction.schema_files import load_context
 from worker.suites.extraction.scoring import ExtractionContext, score_case
-
-if TYPE_CHECKING:
-    from worker.config import Settings
+from worker.suites.extraction.settings import ExtractionSettings
 
 
 class ExtractionBatchScorer:
@@ -69,7 +67,8 @@ class ExtractionBatchScorer:
         return ExtractionReport(settings=self.context.settings, outcomes=outcomes)
 
 
-def make_batch_scorer(settings: Settings, options: BatchOptions) -> ExtractionBatchScorer:
-    """Load the configured schemas (`ConfigError` naming an unreadable file) once."""
+def make_batch_scorer(settings: ExtractionSettings, options: BatchOptions) -> ExtractionBatchScorer:
+    """Load the configured schemas of the `extraction` section (`ConfigError` naming an
+    unreadable file) once."""
     del options  # extraction has no command-line options of its own
-    return ExtractionBatchScorer(load_context(settings.extraction))
+    return ExtractionBatchScorer(load_context(settings))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -62,7 +62,9 @@ def _valid_arguments(event: Any) -> list[tuple[str, str, Any]]:
     for argument in arguments:
         if not isinstance(argument, dict):
             continue
-        role = label_text(argument.get("role"))
+        role = argument.get("role")
+        if not isinstance(role, str):
+            role = label_text(role)
         if role:
             found.append((event_type, role, argument.get("argument")))
     return found
@@ -71,41 +73,54 @@ def _valid_arguments(event: Any) -> list[tuple[str, str, Any]]:
 ArgumentRow = tuple[str, str, Any]
 
 
-def argument_rows(events: Iterable[Any]) -> list[ArgumentRow]:
-    """(event type, role, raw argument) of every valid argument (see `_valid_arguments`),
-    to be shared by `strict_triples` and `relaxed_counts` of the same events."""
-    return [row for event in events for row in _valid_arguments(event)]
+@dataclass(frozen=True)
+class Arguments:
+    """The valid arguments of some events (see `_valid_arguments`), read and normalised
+    once for both strict and relaxed matching."""
+
+    # `(event type, role, norm(str(argument)))` of every argument whose normalised text
+    # is not empty, in order, a null argument as "None" ("none"): the relaxed list
+    # (`norm(str(argument).strip())` is the same text: `str.strip` and `norm` remove the
+    # same whitespace characters).
+    relaxed: list[Triple]
+    strict: set[Triple]  # the same as a set, null arguments left out
 
 
-def strict_triples(events: Iterable[Any], rows: list[ArgumentRow] | None = None) -> set[Triple]:
-    """The set of `(event_type, role, norm(argument))` with a non-empty normalised argument
-    (`rows`: the events' `argument_rows`, when already built)."""
-    rows = argument_rows(events) if rows is None else rows
-    normalised = norm_many([value for _, _, value in rows])
-    return {
-        (t, r, argument) for (t, r, _), argument in zip(rows, normalised, strict=True) if argument
+def arguments_of(rows: list[ArgumentRow]) -> Arguments:
+    """`Arguments` of `(event type, role, raw argument)` rows of valid arguments."""
+    texts = [value if isinstance(value, str) else str(value) for _, _, value in rows]
+    normalised = norm_many(texts)
+    relaxed = [(t, r, text) for (t, r, _), text in zip(rows, normalised, strict=True) if text]
+    if "None" not in texts or all(value is not None for _, _, value in rows):
+        return Arguments(relaxed, set(relaxed))  # the same tuples, not built twice
+    strict = {
+        (t, r, text)
+        for (t, r, value), text in zip(rows, normalised, strict=True)
+        if text and value is not None
     }
+    return Arguments(relaxed, strict)
+
+
+def read_arguments(events: Iterable[Any]) -> Arguments:
+    """The `Arguments` of events as parsed (dicts; anything else is skipped)."""
+    return arguments_of([row for event in events for row in _valid_arguments(event)])
+
+
+def strict_triples(events: Iterable[Any]) -> set[Triple]:
+    """The set of `(event_type, role, norm(argument))` with a non-null argument whose
+    normalised text is not empty."""
+    return read_arguments(events).strict
 
 
 def relaxed_triples(events: Iterable[Any]) -> list[Triple]:
-    """The list (duplicates kept) of `(event_type, role, str(argument).strip())`.
+    """The list (duplicates kept) of `(event_type, role, str(argument).strip())` whose
+    normalised argument is not empty.
 
     A null argument becomes "None" and is kept, as in the reference.
     """
-    return [(event_type, role, text) for event_type, role, text, _ in _relaxed_arguments(events)]
-
-
-def _relaxed_arguments(
-    events: Iterable[Any], rows: list[ArgumentRow] | None = None
-) -> list[tuple[str, str, str, str]]:
-    """The relaxed triples, each with its argument's `norm` (computed once)."""
-    rows = argument_rows(events) if rows is None else rows
-    texts = [(t, r, argument_text(value).strip()) for t, r, value in rows]
-    normalised = norm_many([text for _, _, text in texts])
+    rows = [row for event in events for row in _valid_arguments(event)]
     return [
-        (t, r, text, argument)
-        for (t, r, text), argument in zip(texts, normalised, strict=True)
-        if argument
+        (t, r, argument_text(value).strip()) for t, r, value in rows if norm(argument_text(value))
     ]
 
 
@@ -165,10 +180,15 @@ def _normalised_match(
 
 # Relaxed matching compares each predicted argument with the unmatched gold arguments of
 # its type and role. On degenerate cases (9,000 x 9,000 arguments of one role took 134 s)
-# the comparisons of one case stop at a budget of about 20 ms of work; the rest of the
-# case's predicted arguments then match only gold arguments equal after `norm` (the
-# case is marked `capped`). Costs are rough nanoseconds: a comparison plus its characters.
-RELAXED_BUDGET = 20_000_000
+# the comparisons of one case stop at a budget; the rest of the case's predicted
+# arguments then match only gold arguments equal after `norm` (the case is marked
+# `capped`). Costs are rough nanoseconds as first measured: a comparison plus its
+# characters. A comparison is made only while the budget can pay for it, and only one
+# that fails is paid: a match ends its predicted argument's search, so there are at
+# most as many as predicted arguments. The budget allows some 6,600 failed comparisons
+# of short arguments (about 5 ms; it was twice that, a fifth of a record's whole time
+# target, and paid for matches as well).
+RELAXED_BUDGET = 10_000_000
 _COMPARISON_COST = 1500
 
 
@@ -183,81 +203,121 @@ def _comparison_cost(left: str, right: str, config: RelaxedConfig) -> int:
 
 def strict_counts(predicted: list[Any], gold: list[Any]) -> MatchCounts:
     """Strict set matching of normalised triples."""
-    return strict_set_counts(strict_triples(predicted), strict_triples(gold))
+    return set_counts(strict_triples(predicted), strict_triples(gold))
 
 
-def strict_set_counts(pred_set: set[Triple], gold_set: set[Triple]) -> MatchCounts:
-    """Strict counts of triple sets already built with `strict_triples`."""
-    return MatchCounts(len(pred_set & gold_set), len(pred_set), len(gold_set))
+def set_counts(predicted: set[Any], gold: set[Any]) -> MatchCounts:
+    """Counts of two sets: strict triples (`Arguments.strict`) or event types."""
+    return MatchCounts(len(predicted & gold), len(predicted), len(gold))
 
 
-def relaxed_counts(
-    predicted: list[Any],
-    gold: list[Any],
-    config: RelaxedConfig,
-    rows: tuple[list[ArgumentRow], list[ArgumentRow]] | None = None,
+def relaxed_counts(predicted: list[Any], gold: list[Any], config: RelaxedConfig) -> MatchCounts:
+    """Greedy list matching of parsed events (see `relaxed_argument_counts`)."""
+    return relaxed_argument_counts(read_arguments(predicted), read_arguments(gold), config)
+
+
+def relaxed_argument_counts(
+    predicted: Arguments, gold: Arguments, config: RelaxedConfig
 ) -> MatchCounts:
     """Greedy list matching: each predicted triple, in order, takes the first unmatched gold
     triple with the same type and role whose argument matches (`RELAXED_BUDGET` bounds the
-    comparisons of a case). `rows`: the `argument_rows` of both, when already built."""
-    pred_rows, gold_rows = rows if rows is not None else (None, None)
-    pred_list = [
-        (t, r, normalised) for t, r, _, normalised in _relaxed_arguments(predicted, pred_rows)
-    ]
-    gold_list = _relaxed_arguments(gold, gold_rows)
-    unmatched: dict[tuple[str, str], list[str]] = {}
-    for gold_type, gold_role, _, gold_argument in gold_list:
-        unmatched.setdefault((gold_type, gold_role), []).append(gold_argument)
+    comparisons of a case)."""
+    pred_list, gold_list = predicted.relaxed, gold.relaxed
+    # A deque: taking a match costs the shorter distance to either end (a list shifts
+    # the whole rest: quadratic when thousands of arguments each take the first).
+    unmatched: dict[tuple[str, str], deque[str]] = {}
+    for gold_type, gold_role, gold_argument in gold_list:
+        group = unmatched.get((gold_type, gold_role))
+        if group is None:
+            unmatched[gold_type, gold_role] = group = deque()
+        group.append(gold_argument)
+    if config.match_mode == "span_iou":
+        return _span_matches(pred_list, unmatched, len(gold_list), config)
     # A predicted argument that matched none of its group's unmatched gold arguments never
     # will: the group only shrinks.
-    unmatchable: set[tuple[str, str, str]] = set()
+    unmatchable: set[Triple] = set()
     char_sets: dict[str, frozenset[str]] = {}
+    threshold = config.char_overlap_threshold
     budget = RELAXED_BUDGET
     tp = 0
-    overlap = config.match_mode != "span_iou"  # its cost and its quick checks inlined
-    for position, (pred_type, pred_role, left) in enumerate(pred_list):
+    # `_normalised_match` and `_comparison_cost` inlined (a comparison took ~1.9 us, most
+    # of it calls): the same decisions, the same budget.
+    for position, triple in enumerate(pred_list):
+        pred_type, pred_role, left = triple
         candidates = unmatched.get((pred_type, pred_role))
-        if not candidates or (pred_type, pred_role, left) in unmatchable:
+        if not candidates or triple in unmatchable:
             continue
+        left_cost = _COMPARISON_COST + len(left)
+        left_chars = None
         taken = None
         for index, right in enumerate(candidates):
-            if overlap:
-                budget -= _COMPARISON_COST + len(left) + len(right)
-            else:
-                budget -= _comparison_cost(left, right, config)
-            if budget < 0:
+            cost = left_cost + len(right)
+            if cost > budget:
                 tp += _equal_matches(pred_list[position:], unmatched)
                 return MatchCounts(tp, len(pred_list), len(gold_list), capped=True)
-            if (
-                left == right
-                or (overlap and (left in right or right in left))
-                or _normalised_match(left, right, config, char_sets)
-            ):
+            if left == right or left in right or right in left:
                 taken = index
                 break
+            if left_chars is None:
+                left_chars = char_sets.get(left) or char_sets.setdefault(left, frozenset(left))
+            right_chars = char_sets.get(right) or char_sets.setdefault(right, frozenset(right))
+            common = len(left_chars & right_chars)
+            if common / (len(left_chars) + len(right_chars) - common) >= threshold:
+                taken = index
+                break
+            budget -= cost
         if taken is None:
-            unmatchable.add((pred_type, pred_role, left))
+            unmatchable.add(triple)
         else:
             del candidates[taken]
             tp += 1
     return MatchCounts(tp, len(pred_list), len(gold_list))
 
 
-def _equal_matches(pred_list: list[Triple], unmatched: dict[tuple[str, str], list[str]]) -> int:
+def _span_matches(
+    pred_list: list[Triple],
+    unmatched: dict[tuple[str, str], deque[str]],
+    gold_total: int,
+    config: RelaxedConfig,
+) -> MatchCounts:
+    """`relaxed_counts` in `span_iou` mode (comparisons cost their characters)."""
+    unmatchable: set[Triple] = set()
+    budget = RELAXED_BUDGET
+    tp = 0
+    for position, (pred_type, pred_role, left) in enumerate(pred_list):
+        candidates = unmatched.get((pred_type, pred_role))
+        if not candidates or (pred_type, pred_role, left) in unmatchable:
+            continue
+        taken = None
+        for index, right in enumerate(candidates):
+            cost = _comparison_cost(left, right, config)
+            if cost > budget:
+                tp += _equal_matches(pred_list[position:], unmatched)
+                return MatchCounts(tp, len(pred_list), gold_total, capped=True)
+            if left == right or _normalised_match(left, right, config, {}):
+                taken = index
+                break
+            budget -= cost
+        if taken is None:
+            unmatchable.add((pred_type, pred_role, left))
+        else:
+            del candidates[taken]
+            tp += 1
+    return MatchCounts(tp, len(pred_list), gold_total)
+
+
+def _equal_matches(pred_list: list[Triple], unmatched: dict[tuple[str, str], deque[str]]) -> int:
     """Matches of the predicted triples (arguments normalised) with unmatched gold ones."""
-    remaining = Counter(
-        (group, argument) for group, arguments in unmatched.items() for argument in arguments
-    )
+    remaining = {group: Counter(arguments) for group, arguments in unmatched.items()}
     tp = 0
     for pred_type, pred_role, pred_argument in pred_list:
-        key = ((pred_type, pred_role), pred_argument)
-        if remaining[key] > 0:
-            remaining[key] -= 1
+        counts = remaining.get((pred_type, pred_role))
+        if counts is not None and counts.get(pred_argument, 0) > 0:
+            counts[pred_argument] -= 1
             tp += 1
     return tp
 
 
 def type_counts(predicted: list[Any], gold: list[Any]) -> MatchCounts:
     """Event type set overlap."""
-    pred_types, gold_types = event_types(predicted), event_types(gold)
-    return MatchCounts(len(pred_types & gold_types), len(pred_types), len(gold_types))
+    return set_counts(event_types(predicted), event_types(gold))

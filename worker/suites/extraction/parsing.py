@@ -16,6 +16,7 @@ import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any
 
 from dirtyjson.loader import CONSTANT_RE, EQUATION_RE, NUMBER_RE, DirtyJSONLoader
@@ -38,7 +39,8 @@ _BLANKS = re.compile(r"\s*")
 # in linear time: the regex backtracks quadratically on many "[{" without a later "}]".
 _ARRAY_OPEN = re.compile(r"\[\s*\{")
 _ARRAY_CLOSE = re.compile(r"\}\s*\]")
-_OBJECT = re.compile(r"\{[^{}]*(?:\{[^{}]*\}[^{}]*)*\}")
+# (Possessive: none of its parts can give back a character that a later part matches.)
+_OBJECT = re.compile(r"\{[^{}]*+(?:\{[^{}]*+\}[^{}]*+)*+\}")
 
 _PUNCTUATION = str.maketrans("，：；“”‘’【】（）｛｝", ",:;\"\"''[](){}")
 _TRAILING_COMMA = re.compile(r",\s*([\]}])")
@@ -141,12 +143,11 @@ def fix_unclosed_brackets(text: str) -> str:
 
 def fix_single_quotes(text: str) -> str:
     """`'key':` to `"key":`."""
-    return _SINGLE_QUOTED_KEY.sub(_double_quoted_key, text)
-
-
-def _double_quoted_key(match: re.Match[str]) -> str:
-    # What the template `"\1":` gives, without Python 3.11's per-match template expansion.
-    return f'"{match.group(1)}":'
+    # What `sub` with the template `"\1":` gives; `split` finds the keys in C, where Python
+    # 3.11 expands a template per match in Python (44,000 keys: 14 ms).
+    parts = _SINGLE_QUOTED_KEY.split(text)
+    parts[1::2] = [f'"{key}":' for key in parts[1::2]]
+    return "".join(parts)
 
 
 REPAIR_STEPS: tuple[tuple[str, Callable[[str], str]], ...] = (
@@ -247,37 +248,72 @@ def _dirtyjson_loads(text: str) -> Any:
 # where dirtyjson reads a key, a dropped comma followed an item since "[," is kept, and
 # strict JSON is a part of its grammar); anything else (comments, hex numbers,
 # trailing text, control characters, ...) still goes to dirtyjson.
-_QUOTES_AND_KEYS = (
-    r'"[^"\\]*+(?:\\.[^"\\]*+)*+"?'  # a double-quoted string (unclosed: the rest)
-    r"|'(?P<single>[^'\\]*+(?:\\.[^'\\]*+)*+)(?P<closed>'?)"  # a single-quoted one
-    r"|(?<![\w$])(?P<key>[\w$]++)(?=[ \t\n\r]*+:)"  # a word before a colon: a key
-)
+_DOUBLE_QUOTED = r'(?P<double>"[^"\\]*+(?:\\.[^"\\]*+)*+"?)'  # unclosed: the rest
+_SINGLE_QUOTED = r"'(?P<single>[^'\\]*+(?:\\.[^'\\]*+)*+)(?P<closed>'?)"
+_KEY = r"(?<![\w$])(?P<key>[\w$]++)(?=[ \t\n\r]*+:)"  # a word before a colon
 _COMMAS = (
-    r"|[\[{][ \t\n\r]*+,"  # a comma first in a container: kept (dirtyjson fails too)
+    r"(?P<first>[\[{][ \t\n\r]*+,)"  # a comma first in a container: kept (dirtyjson fails too)
     r"|(?P<trailing>,)(?=[ \t\n\r]*+[\]}])"  # a comma before the closing: dropped
 )
-_LIBERTIES = re.compile(_QUOTES_AND_KEYS + _COMMAS, re.DOTALL)
-# For a text without commas (the same matches; each alternative costs a try at every
-# bracket of "[{[{...").
-_LIBERTIES_WITHOUT_COMMAS = re.compile(_QUOTES_AND_KEYS, re.DOTALL)
+_TOKEN_GROUPS = ("double", "single", "closed", "key", "first", "trailing")
 _SINGLE_QUOTED_ESCAPE = re.compile(r'\\(.)|"', re.DOTALL)
 # A value nested deeper than this is left to dirtyjson, whose recursion limit decides.
 _TRANSLATED_DEPTH = 100
 
 
-def _strictly_quoted(match: re.Match[str]) -> str:
-    """A token of `_LIBERTIES` as strict JSON (an unclosed string is left as it is: it
-    does not parse)."""
-    kind = match.lastgroup
-    if kind is None:  # a double-quoted string, or a comma first in its container
-        return match.group(0)
-    if kind == "key":
-        return f'"{match.group("key")}"'
-    if kind == "trailing":
-        return ""
-    single = match.group("single")
-    if not match.group("closed"):
-        return match.group(0)
+@cache
+def _liberties(double: bool, single: bool, commas: bool) -> re.Pattern[str]:
+    """The token pattern of `strictly_quoted` for a text with (or without) double quotes,
+    single quotes and commas: an alternative that cannot match costs a try at every
+    character."""
+    alternatives = [_DOUBLE_QUOTED] * double + [_SINGLE_QUOTED] * single + [_KEY]
+    return re.compile("|".join(alternatives + [_COMMAS] * commas), re.DOTALL)
+
+
+def strictly_quoted(text: str) -> str:
+    """`text` with unquoted keys and single-quoted strings double-quoted and trailing
+    commas dropped (an unclosed string is left as it is: it does not parse).
+
+    `re.split` collects every token's groups in C; a `re.sub` callback per token took
+    about 1 us each (64,000 single-quoted strings: 60 ms).
+    """
+    liberties = _liberties('"' in text, "'" in text, "," in text)
+    parts = liberties.split(text)
+    stride = liberties.groups + 1
+    count = len(parts) // stride
+    columns = [
+        parts[liberties.groupindex[name] :: stride]
+        if name in liberties.groupindex
+        else [None] * count
+        for name in _TOKEN_GROUPS
+    ]
+    tokens = [
+        double
+        if double is not None
+        else f'"{key}"'
+        if key is not None
+        else (
+            f'"{single}"'
+            if closed and "\\" not in single and '"' not in single
+            else _single_quoted(single, closed)
+        )
+        if single is not None
+        else first
+        if first is not None
+        else ""  # a trailing comma
+        for double, single, closed, key, first, _trailing in zip(*columns, strict=True)
+    ]
+    pieces: list[str] = [""] * (2 * count + 1)
+    pieces[0::2] = parts[0::stride]
+    pieces[1::2] = tokens
+    return "".join(pieces)
+
+
+def _single_quoted(single: str, closed: str) -> str:
+    """A single-quoted string's content as a double-quoted JSON string; unclosed, as it
+    was."""
+    if not closed:
+        return "'" + single
     return '"' + _SINGLE_QUOTED_ESCAPE.sub(_json_escape, single) + '"'
 
 
@@ -302,8 +338,7 @@ def _strict_translation(text: str) -> Any:
     """What dirtyjson reads from `text` when `text` is strict JSON but for unquoted keys,
     single-quoted strings and trailing commas; `_DIRTYJSON_FAILS` when dirtyjson would
     fail on it for a reason found without it; else `_NOT_PARSED`."""
-    liberties = _LIBERTIES if "," in text else _LIBERTIES_WITHOUT_COMMAS
-    translated = liberties.sub(_strictly_quoted, text)
+    translated = strictly_quoted(text)
     try:
         value = json.loads(translated)
     except json.JSONDecodeError as error:

@@ -7,19 +7,20 @@ from dataclasses import dataclass, field
 
 from pydantic import JsonValue
 
-from schemas.envelope import ExtractionPayload
+from schemas.envelope import ExtractionPayload, GoldEvent
 from schemas.outputs import CountValue
 from worker.suites.base import Scored
 from worker.suites.extraction.cot import CotCheck, check_cot
 from worker.suites.extraction.hallucination import HallucinationCheck, check_hallucination
 from worker.suites.extraction.matching import (
+    Arguments,
     MatchCounts,
     Triple,
-    argument_rows,
-    relaxed_counts,
-    strict_set_counts,
-    strict_triples,
-    type_counts,
+    arguments_of,
+    event_types,
+    read_arguments,
+    relaxed_argument_counts,
+    set_counts,
 )
 from worker.suites.extraction.parsing import NO_JSON_FOUND, ParseResult, parse_response
 from worker.suites.extraction.schema import Compliance, EventSchema, check_compliance
@@ -83,7 +84,18 @@ def _cot_counts(cot: CotCheck | None) -> dict[str, int]:
 
 
 def _triple_texts(triples: set[tuple[str, str, str]]) -> list[JsonValue]:
-    return [f"{t}|{r}|{a}" for t, r, a in sorted(triples)]
+    """`type|role|argument` of each triple, in the triples' order.
+
+    Joined with NUL first, the texts sort as the tuples do (NUL sorts before every other
+    character) and string sorting is quicker than tuple sorting (2 x 8,000 triples: 7 ms
+    of tuple comparisons); texts holding NUL (or the joiner \\x01) sort as tuples.
+    """
+    texts = list(map("\x00".join, triples))
+    whole = "\x01".join(texts)
+    if whole.count("\x00") != 2 * len(texts) or whole.count("\x01") != len(texts) - 1:
+        return list(map("|".join, sorted(triples)))
+    texts.sort()
+    return list("\x01".join(texts).replace("\x00", "|").split("\x01"))
 
 
 def _details(
@@ -116,8 +128,8 @@ def _details(
             "checked": hallucination.checked,
             "arguments_checked": hallucination.total,
             "unsupported": [
-                {"event_type": u.event_type, "role": u.role, "argument": u.argument}
-                for u in hallucination.unsupported
+                {"event_type": event_type, "role": role, "argument": argument}
+                for event_type, role, argument in hallucination.unsupported
             ],
             "by_event_role": dict(hallucination.breakdown()),
         },
@@ -133,6 +145,20 @@ def _details(
     return details
 
 
+def _gold_arguments(gold: list[GoldEvent]) -> Arguments:
+    """The gold events' `Arguments`, read from the validated models (what
+    `read_arguments` reads from their `model_dump()`, without building the dicts)."""
+    return arguments_of(
+        [
+            (event.event_type, argument.role, argument.argument)
+            for event in gold
+            if event.event_type
+            for argument in event.arguments
+            if argument.role
+        ]
+    )
+
+
 def score_case(payload: ExtractionPayload, ctx: ExtractionContext) -> Scored:
     """Score one case. Never raises on odd model output; raises `ValueError` only when the
     case names an unknown event schema."""
@@ -140,13 +166,12 @@ def score_case(payload: ExtractionPayload, ctx: ExtractionContext) -> Scored:
     schema_name, schema = ctx.schema_for(payload.schema_name)
     parsed = parse_response(payload.response)
     predicted = parsed.events
-    gold = [event.model_dump() for event in payload.gold]
-
-    rows = argument_rows(predicted), argument_rows(gold)  # read once for both matchings
-    pred_set, gold_set = strict_triples(predicted, rows[0]), strict_triples(gold, rows[1])
-    strict = strict_set_counts(pred_set, gold_set)
-    relaxed = relaxed_counts(predicted, gold, metrics.relaxed, rows)
-    types = type_counts(predicted, gold)
+    pred_arguments = read_arguments(predicted)  # once for strict and relaxed matching
+    gold_arguments = _gold_arguments(payload.gold)
+    pred_set, gold_set = pred_arguments.strict, gold_arguments.strict
+    strict = set_counts(pred_set, gold_set)
+    relaxed = relaxed_argument_counts(pred_arguments, gold_arguments, metrics.relaxed)
+    types = set_counts(event_types(predicted), {e.event_type for e in payload.gold if e.event_type})
     compliance = check_compliance(predicted, metrics.schema_.mode, schema)
     hallucination = check_hallucination(predicted, payload.text, metrics.hallucination.match_mode)
     cot = (

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from schemas.envelope import SafePayload
 from worker.input.unknown_fields import with_unknown_fields
@@ -14,9 +14,7 @@ from worker.suites.safe.matching import DEFAULT_MATCHER, Matcher
 from worker.suites.safe.render import SafeBatchReport
 from worker.suites.safe.report import ScoredCase
 from worker.suites.safe.scoring import UNKNOWN_ARCHETYPE, score_case
-
-if TYPE_CHECKING:
-    from worker.config import Settings
+from worker.suites.safe.settings import SafeSettings
 
 Clock = Callable[[], datetime]
 
@@ -30,12 +28,12 @@ class SafeBatchScorer:
 
     def __init__(
         self,
-        settings: Settings,
+        settings: SafeSettings,
         options: BatchOptions,
         clock: Clock = _utc_now,
         matcher: Matcher = DEFAULT_MATCHER,
     ) -> None:
-        self.settings = settings.safe
+        self.settings = settings
         self.strict_ah = options.strict_ah or self.settings.strict_ah
         self.concern = options.concern
         self.clock = clock
@@ -92,7 +90,7 @@ class SafeBatchScorer:
 
 
 def make_batch_scorer(
-    settings: Settings, options: BatchOptions, clock: Clock = _utc_now
+    settings: SafeSettings, options: BatchOptions, clock: Clock = _utc_now
 ) -> SafeBatchScorer:
-    """The SAFE suite's `BatchScorer` (see `worker.suites.base`)."""
+    """The SAFE suite's `BatchScorer` (see `worker.suites.base`), from its section."""
     return SafeBatchScorer(settings, options, clock=clock)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from schemas.envelope import SafePayload
 from schemas.outputs import SafeFigures
@@ -13,9 +13,6 @@ from worker.suites.safe.batch import make_batch_scorer
 from worker.suites.safe.scoring import METRICS, score_case
 from worker.suites.safe.settings import SafeSettings
 
-if TYPE_CHECKING:
-    from worker.config import Settings
-
 
 def recognises(row: Mapping[str, Any]) -> bool:
     """A test case with `expectations`, or with `output` and `test_id` (a case without
@@ -23,8 +20,7 @@ def recognises(row: Mapping[str, Any]) -> bool:
     return "expectations" in row or ("output" in row and "test_id" in row)
 
 
-def case_scorer(settings: Settings) -> CaseScorer:
-    section = settings.safe
+def case_scorer(section: SafeSettings) -> CaseScorer:
     return lambda payload: score_case(payload, section)
 
 
@@ -41,7 +37,7 @@ SPEC = SuiteSpec(
     recognises=recognises,
     aggregator=SafeAggregator,
     batch_scorer=make_batch_scorer,
-    versions=lambda settings: scorer_versions("SAFE_v0"),
+    versions=lambda section: scorer_versions("SAFE_v0"),
     figure_values=lambda figures: rate_values(figures.pass_rates),  # per-metric pass rates
     scorecard=(
         ("composite", "mean", "composite"),

@@ -1,0 +1,415 @@
+"""Result and window-final latency at a fixed SAFE rate (issue 25, item 3).
+
+    .venv/bin/python bench/latency.py [--rates 300,1500] [--seconds 70] [--rounds 3]
+        [--grace 1] [--worker-code /path/to/another/checkout]
+
+One `scorestream worker` process on the embedded Tansu broker (its default windows, 60 s
+tumbling and 1 h / 5 min hopping per model and for all cases; `--grace` and a 1 s
+`idle_timeout`; Tansu's stream settings; 4 partitions). Each round sends SAFE envelopes
+at each rate for `--seconds` seconds, paced evenly, each stamped `ts` = the moment it is
+sent, and reads results and aggregates back as they arrive (the readers ask the broker to
+answer within 20 ms). Between rates the input rests until every result arrived.
+
+Figures per rate and round:
+- result latency p50 / p99: produce -> result read back, in ms;
+- behind: the last result read back - the last case sent, in s (more than a fraction of
+  a second: the worker did not keep up with the rate, and both latencies measure its
+  backlog);
+- final delay: for each final 60 s all-cases window whose end + grace passed while the
+  rate was being sent, how long after end + grace its final arrived (the watermark can
+  only pass end + grace once a case stamped after it was read, so this includes that
+  case's own trip), min / median / max in s; in brackets, how long after its cases the
+  final arrived: after the first result stamped at or past end + grace was read back on
+  every input partition (what the watermark's own path adds, without the cases' trip).
+
+The summary gives, over rounds (min / median / max), the p99 of each rate, the ratio
+p99(highest rate) / p99(lowest rate) of each round, and the final delays. Targets (issue
+25): the ratio at most 3 for 300/s -> 1,500/s, every final during traffic at most 1 s
+after end + grace.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import math
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+
+BENCH = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH))
+
+import peer  # noqa: E402  (bench/peer.py: the worker's config and command, final windows)
+import stream as stream_bench  # noqa: E402  (bench/stream.py: records, consumers, figures)
+
+from topics.catalog import record_key, topic_names  # noqa: E402
+from topics.provision import create_topics  # noqa: E402
+from worker.config import load_settings  # noqa: E402
+from worker.ops.broker import EmbeddedBroker  # noqa: E402
+
+PARTITIONS = stream_bench.PARTITIONS
+READ_WAIT_MS = 20  # the readers' fetch wait (Tansu answers late in the wait)
+STARTUP_S = 180.0
+DRAIN_S = 120.0  # the longest to wait for the last results of a rate
+RATIO_TARGET = 3.0  # p99(1,500/s) / p99(300/s)
+FINAL_DELAY_TARGET = 1.0  # seconds after window end + grace
+
+
+@dataclass
+class Phase:
+    """One rate in one round."""
+
+    rate: float
+    start: float = math.nan
+    end: float = math.nan
+    sent: dict[str, float] = field(default_factory=dict)
+    latencies_ms: list[float] = field(default_factory=list)
+    stamped: dict[str, float] = field(default_factory=dict)  # id -> ts, in s
+    final_delays: list[float] = field(default_factory=list)  # s after end + grace
+    after_cases: list[float] = field(default_factory=list)  # s after the passing cases
+    worker_cpu: float = math.nan  # seconds of the worker's process tree
+    behind: float = math.nan  # the last result read back - the last case sent, in s
+
+    @property
+    def p50(self) -> float:
+        return stream_bench.percentile(self.latencies_ms, 50)
+
+    @property
+    def p99(self) -> float:
+        return stream_bench.percentile(self.latencies_ms, 99)
+
+
+@dataclass
+class Readers:
+    """What the worker published, with the wall time it was read."""
+
+    results: dict[str, float] = field(default_factory=dict)  # id -> read at
+    partition: dict[str, int] = field(default_factory=dict)  # id -> input partition
+    finals: dict[int, float] = field(default_factory=dict)  # 60 s window start (ms) -> read at
+
+
+async def read_results(consumer: AIOKafkaConsumer, readers: Readers) -> None:
+    while True:
+        batches = await consumer.getmany(timeout_ms=100)
+        now = time.time()
+        for messages in batches.values():
+            for message in messages:
+                result = orjson.loads(message.value)
+                ident = str(result["id"])
+                readers.results.setdefault(ident, now)
+                readers.partition[ident] = int(result["source"]["partition"])
+
+
+async def read_finals(consumer: AIOKafkaConsumer, readers: Readers) -> None:
+    while True:
+        batches = await consumer.getmany(timeout_ms=100)
+        now = time.time()
+        for messages in batches.values():
+            for message in messages:
+                final = peer.final_minute_count(message.value)
+                if final is not None:
+                    readers.finals.setdefault(final[0], now)
+
+
+class Envelopes:
+    """SAFE envelopes cycled from `examples/safe` with unique ids, stamped when made."""
+
+    def __init__(self, tag: str) -> None:
+        self.examples = [
+            orjson.loads(value) for _, value in stream_bench.make_records("safe", 64, tag, 0.0)
+        ]
+        self.tag = tag
+        self.made = 0
+
+    def next(self) -> tuple[str, bytes, float]:
+        """(id, value, ts in s)"""
+        record = dict(self.examples[self.made % len(self.examples)])
+        record["id"] = f"{self.tag}-{self.made}"
+        record["ts"] = int(time.time() * 1000)
+        self.made += 1
+        return record["id"], orjson.dumps(record), record["ts"] / 1000
+
+
+async def send_at_rate(
+    producer: AIOKafkaProducer, topic: str, envelopes: Envelopes, phase: Phase, seconds: float
+) -> None:
+    """Send `phase.rate` envelopes a second for `seconds`, each as soon as it is due."""
+    phase.start = time.time()
+    count = 0
+    while True:
+        elapsed = time.time() - phase.start
+        if elapsed >= seconds:
+            break
+        due = int(elapsed * phase.rate) + 1
+        while count < due:
+            ident, value, ts = envelopes.next()
+            phase.sent[ident] = time.time()
+            phase.stamped[ident] = ts
+            await producer.send(topic, value, key=record_key(value))
+            count += 1
+        await asyncio.sleep(max(0.0, (count / phase.rate) - (time.time() - phase.start)))
+    await producer.flush()
+    phase.end = time.time()
+
+
+async def run_phase(
+    producer: AIOKafkaProducer,
+    topic: str,
+    envelopes: Envelopes,
+    readers: Readers,
+    worker: subprocess.Popen[bytes],
+    rate: float,
+    seconds: float,
+    grace: float,
+) -> Phase:
+    phase = Phase(rate)
+    cpu_before = peer.tree_cpu(worker.pid)
+    await send_at_rate(producer, topic, envelopes, phase, seconds)
+    deadline = time.time() + DRAIN_S
+    while time.time() < deadline and not all(ident in readers.results for ident in phase.sent):
+        await asyncio.sleep(0.2)
+    phase.worker_cpu = peer.tree_cpu(worker.pid) - cpu_before
+    await asyncio.sleep(grace + 2.0)  # a final that is due now has time to arrive
+    missing = 0
+    last_read = phase.end
+    for ident, sent in phase.sent.items():
+        read = readers.results.get(ident)
+        if read is None:
+            missing += 1
+        else:
+            phase.latencies_ms.append((read - sent) * 1000)
+            last_read = max(last_read, read)
+    phase.behind = last_read - phase.end
+    if missing:
+        print(f"  ! {missing} of {len(phase.sent)} results missing after {DRAIN_S:.0f}s")
+    for start_ms in range(int(phase.start // 60 - 1) * 60_000, int(phase.end * 1000), 60_000):
+        closes = start_ms / 1000 + 60 + grace
+        if not phase.start < closes < phase.end:
+            continue
+        read = readers.finals.get(start_ms)
+        phase.final_delays.append(math.inf if read is None else read - closes)
+        counted = passing_cases_read(phase, readers, closes)
+        phase.after_cases.append(math.inf if read is None else read - counted)
+    return phase
+
+
+def passing_cases_read(phase: Phase, readers: Readers, closes: float) -> float:
+    """When the watermark could first pass `closes`: once every input partition had a case
+    stamped at or after it scored (the latest, over partitions, of the first such result
+    read back on each)."""
+    first: dict[int, float] = {}
+    for ident, ts in phase.stamped.items():
+        read = readers.results.get(ident)
+        if ts < closes or read is None:
+            continue
+        partition = readers.partition[ident]
+        first[partition] = min(read, first.get(partition, math.inf))
+    return max(first.values()) if len(first) == PARTITIONS else math.nan
+
+
+def spread(values: list[float], digits: int) -> str:
+    """'min / median / max' (inf: a final that never arrived)."""
+    if not values:
+        return "-"
+    picks = (min(values), statistics.median(values), max(values))
+    return " / ".join("never" if math.isinf(v) else f"{v:,.{digits}f}" for v in picks)
+
+
+def report(rounds: list[list[Phase]], rates: list[float]) -> bool:
+    print(
+        "\nlatency in ms: produce -> result read back; final delay in s: final 60 s "
+        "all-cases window read back - (window end + grace), windows closing during traffic;"
+        "\nworker cpu: the worker process tree's CPU seconds per 1,000 cases; behind: the "
+        "last result read back - the last case sent, in s (large: the worker fell behind)"
+    )
+    header = (
+        f"{'round':>5}{'rate/s':>8}{'cases':>8}{'p50 ms':>9}{'p99 ms':>9}"
+        f"{'cpu/1k':>8}{'behind':>8}  final delay s (after its cases s), each window"
+    )
+    print(header)
+    print("-" * len(header))
+    for index, phases in enumerate(rounds):
+        for phase in sorted(phases, key=lambda p: p.rate):
+            delays = ", ".join(
+                "never" if math.isinf(d) else f"{d:.2f} ({after:.2f})"
+                for d, after in zip(phase.final_delays, phase.after_cases, strict=True)
+            )
+            cpu = phase.worker_cpu * 1000 / max(1, len(phase.sent))
+            print(
+                f"{index + 1:>5}{phase.rate:>8,.0f}{len(phase.sent):>8}{phase.p50:>9,.0f}"
+                f"{phase.p99:>9,.0f}{cpu:>8.2f}{phase.behind:>8.1f}  {delays or '-'}"
+            )
+    low, high = min(rates), max(rates)
+    ratios = []
+    for phases in rounds:
+        by_rate = {phase.rate: phase for phase in phases}
+        ratios.append(by_rate[high].p99 / by_rate[low].p99)
+    print(f"\nover {len(rounds)} rounds (min / median / max):")
+    for rate in sorted(rates):
+        phases = [phase for phases in rounds for phase in phases if phase.rate == rate]
+        print(f"  p99 at {rate:,.0f}/s: {spread([p.p99 for p in phases], 0)} ms")
+    ratio_ok = statistics.median(ratios) <= RATIO_TARGET
+    print(
+        f"  p99 ratio {high:,.0f}/s over {low:,.0f}/s: {spread(ratios, 2)} "
+        f"(target <= {RATIO_TARGET:g}: {'met' if ratio_ok else 'NOT met'})"
+    )
+    delays = [d for phases in rounds for phase in phases for d in phase.final_delays]
+    delays_ok = bool(delays) and max(delays) <= FINAL_DELAY_TARGET
+    for rate in sorted(rates):
+        per_rate = [
+            delay for phases in rounds for p in phases if p.rate == rate for delay in p.final_delays
+        ]
+        print(f"  final delay at {rate:,.0f}/s: {spread(per_rate, 2)} s ({len(per_rate)} windows)")
+        after = [
+            delay for phases in rounds for p in phases if p.rate == rate for delay in p.after_cases
+        ]
+        print(f"    of which after its cases were scored: {spread(after, 2)} s")
+    print(
+        f"  every final during traffic <= {FINAL_DELAY_TARGET:g} s after end + grace: "
+        f"{'met' if delays_ok else 'NOT met'}"
+    )
+    return ratio_ok and delays_ok
+
+
+async def wait_ready(
+    producer: AIOKafkaProducer,
+    topic: str,
+    envelopes: Envelopes,
+    readers: Readers,
+    worker: subprocess.Popen[bytes],
+) -> bool:
+    """Send an envelope every half second until the worker answers one."""
+    deadline = time.time() + STARTUP_S
+    sent: list[str] = []
+    while time.time() < deadline and worker.poll() is None:
+        ident, value, _ = envelopes.next()
+        sent.append(ident)
+        await producer.send_and_wait(topic, value, key=record_key(value))
+        await asyncio.sleep(0.5)
+        if any(ident in readers.results for ident in sent):
+            return True
+    return False
+
+
+async def main(args: argparse.Namespace) -> int:
+    rates = [float(rate) for rate in args.rates.split(",")]
+    print(
+        f"SAFE at {', '.join(f'{r:,.0f}' for r in rates)}/s for {args.seconds:g}s each, "
+        f"{args.rounds} rounds, grace {args.grace:g}s",
+        flush=True,
+    )
+    started = time.time()
+    rounds: list[list[Phase]] = []
+    with EmbeddedBroker() as broker, tempfile.TemporaryDirectory() as tmp:
+        tag = f"lat{time.time_ns()}"
+        config: dict[str, Any] = peer.system_config(tag, args.grace)
+        settings = load_settings(None, overrides=config, environ={})
+        path = Path(tmp) / "config.json"
+        path.write_bytes(orjson.dumps(config))
+        await create_topics(broker.url, topic_names(settings.topics), PARTITIONS)
+        names = settings.topics
+        options = {"fetch_max_wait_ms": READ_WAIT_MS}
+        results = await stream_bench.fresh_consumer(broker.bootstrap, names.results, **options)
+        aggregates = await stream_bench.fresh_consumer(
+            broker.bootstrap, names.aggregates, **options
+        )
+        producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=2)
+        await producer.start()
+        readers = Readers()
+        tasks = [
+            asyncio.create_task(read_results(results, readers)),
+            asyncio.create_task(read_finals(aggregates, readers)),
+        ]
+        log_path = Path(args.worker_log or Path(tmp) / "worker.log")
+        with log_path.open("wb") as out:
+            worker = subprocess.Popen(
+                peer.command("scorestream", broker, path),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                cwd=args.worker_code,
+            )
+        envelopes = Envelopes(tag)
+        try:
+            print("starting the worker ...", flush=True)
+            if not await wait_ready(producer, names.input, envelopes, readers, worker):
+                print("the worker did not answer; its log ends:")
+                print("\n".join(log_path.read_text(errors="replace").splitlines()[-15:]))
+                return 1
+            await asyncio.sleep(2.0)
+            for index in range(args.rounds):
+                order = rates if index % 2 == 0 else list(reversed(rates))
+                phases = []
+                for rate in order:
+                    print(f"round {index + 1}/{args.rounds}: {rate:,.0f}/s ...", flush=True)
+                    phase = await run_phase(
+                        producer,
+                        names.input,
+                        envelopes,
+                        readers,
+                        worker,
+                        rate,
+                        args.seconds,
+                        args.grace,
+                    )
+                    print(
+                        f"  p50 {phase.p50:,.0f} ms, p99 {phase.p99:,.0f} ms, behind "
+                        f"{phase.behind:.1f} s, final delays "
+                        f"{[round(d, 2) for d in phase.final_delays]}",
+                        flush=True,
+                    )
+                    phases.append(phase)
+                rounds.append(phases)
+        finally:
+            for task in tasks:
+                task.cancel()
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(worker.pid, signal.SIGTERM)
+            try:
+                worker.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(worker.pid, signal.SIGKILL)
+                worker.wait(10)
+            await producer.stop()
+            await results.stop()
+            await aggregates.stop()
+    passed = report(rounds, rates)
+    print(f"\ntotal {time.time() - started:.0f}s; targets {'met' if passed else 'NOT met'}")
+    return 0 if passed or not args.strict else 1
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rates", default="300,1500", help="SAFE envelopes per second")
+    parser.add_argument(
+        "--seconds",
+        type=float,
+        default=70.0,
+        help="seconds each rate is sent (over 60 + grace: a 60 s window closes during it)",
+    )
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--grace", type=float, default=1.0, help="window grace in seconds")
+    parser.add_argument("--worker-log", type=Path, help="keep the worker's log here")
+    parser.add_argument(
+        "--worker-code",
+        type=Path,
+        help="run the worker from this checkout (e.g. main's, for figures before a change)",
+    )
+    parser.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
+    return parser.parse_args(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main(parse_args())))

@@ -1,0 +1,228 @@
+"""The alignment suite as the streaming session stage uses it: its `SessionSuite`.
+
+Loaded once by the spec's `sessions` from the `alignment` section (personas, safety
+patterns, the embedder; a bad one is a `ConfigError` at start, not a dead letter per
+record). Turns are scored in the scoring pool by `alignment_turn_scorer` (`ALIGNMENT_TURN`),
+sessions here when they close, with the judge's verdict when one is configured.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from schemas.envelope import AlignmentRecord, AlignmentSessionPayload, AlignmentTurnPayload
+from worker.input.rejections import INVALID_RECORD, UNKNOWN_PERSONA, Rejected
+from worker.settings_base import SESSION_TEXT_BYTES
+from worker.suites.alignment.embedding_model import Embedder, embedder_from_settings
+from worker.suites.alignment.judge_client import SafetyJudge
+from worker.suites.alignment.judge_verdict import with_verdict
+from worker.suites.alignment.personas import PersonaCatalog, personas_from_settings
+from worker.suites.alignment.safety_files import patterns_from_settings
+from worker.suites.alignment.scoring import (
+    SessionState,
+    TurnScore,
+    classifier_from_settings,
+    safety_only_turn,
+    score_session,
+    score_turn,
+    session_transcript,
+    turn_scored,
+)
+from worker.suites.alignment.settings import AlignmentSettings
+from worker.suites.alignment.trait_model import TraitClassifier
+from worker.suites.base import Scored, TurnInput
+
+if TYPE_CHECKING:  # scikit-learn is imported only where the classifier is used
+    from worker.suites.alignment.safety_classifier import SafetyClassifier
+
+# The scoring pool's name for alignment turns: payload (persona_id, text, vector).
+ALIGNMENT_TURN = "alignment:turn"
+
+
+class AlignmentSessions:
+    """Alignment sessions for the streaming worker (see `worker.suites.base.SessionSuite`)."""
+
+    record_model = AlignmentRecord
+    pool_scorer = ALIGNMENT_TURN
+
+    def __init__(
+        self,
+        settings: AlignmentSettings,
+        text_budget: int = SESSION_TEXT_BYTES,
+        embedder: Embedder | None = None,
+    ) -> None:
+        self.settings = settings
+        self.text_budget = text_budget  # limits.session_text_bytes
+        self.embedder = embedder or embedder_from_settings(settings)
+        self.personas = PersonaCatalog.from_settings(settings, self.embedder)
+        self.patterns = patterns_from_settings(settings)
+        self.idle_timeout = settings.session_idle_timeout
+        self.max_lag = settings.embedding.max_lag
+
+    # ------------------------------------------------------------ texts and vectors
+
+    def texts(self, payload: Mapping[str, Any]) -> list[str]:
+        """The assistant texts of a turn (one) or of a whole session, in order."""
+        if "turns" in payload:
+            return [turn["assistant"] for turn in payload["turns"]]
+        return [payload["text"]]
+
+    def pool_item(self, payload: Mapping[str, Any], text: str, vector: Any) -> Any:
+        return (str(payload.get("persona_id", "")), text, vector)
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """One encode call for a micro-batch (runs in the embedding executor)."""
+        return self.embedder.encode(list(texts))
+
+    def check(self, payload: Any) -> None:
+        """Reject a record whose persona is not configured."""
+        self.check_persona(payload.persona_id)
+
+    def check_persona(self, persona_id: str) -> None:
+        if persona_id not in self.personas:
+            known = ", ".join(self.personas.ids())
+            raise Rejected(UNKNOWN_PERSONA, f"unknown persona {persona_id!r} (known: {known})")
+
+    # ------------------------------------------------------------ sessions
+
+    def session_id(self, payload: AlignmentTurnPayload | AlignmentSessionPayload) -> str:
+        return payload.session_id
+
+    def turns(
+        self, payload: AlignmentTurnPayload | AlignmentSessionPayload
+    ) -> tuple[list[TurnInput], bool]:
+        if isinstance(payload, AlignmentSessionPayload):
+            whole = [
+                TurnInput(index, turn.assistant, turn.user)
+                for index, turn in enumerate(payload.turns)
+            ]
+            return whole, True
+        turn = TurnInput(payload.turn_index, payload.text, payload.user or "", payload.final)
+        return [turn], False
+
+    def open(self, payload: AlignmentTurnPayload | AlignmentSessionPayload) -> SessionState:
+        return self.new_session(payload.session_id, payload.persona_id)
+
+    def new_session(self, session_id: str, persona_id: str) -> SessionState:
+        return SessionState.new(session_id, persona_id, self.settings, self.text_budget)
+
+    def check_turn(self, state: SessionState, payload: AlignmentTurnPayload) -> None:
+        if state.persona_id != payload.persona_id:
+            raise Rejected(
+                INVALID_RECORD,
+                f"turn of persona {payload.persona_id!r} in session {payload.session_id!r} "
+                f"of persona {state.persona_id!r}",
+            )
+
+    def add(
+        self, state: SessionState, turn: TurnInput, scored: TurnScore, vector: Any, now: float
+    ) -> None:
+        state.add(turn.index, scored, vector, turn.text, turn.final, now, user=turn.user)
+
+    def dump(self, state: SessionState) -> Any:
+        return state.to_json()
+
+    def restore(self, stored: Any) -> SessionState:
+        return SessionState.from_json(stored)
+
+    def is_complete(self, state: SessionState, final_index: int | None) -> bool:
+        if final_index is None:
+            return False
+        expected = min(final_index + 1, state.max_turns)
+        return sum(1 for index in state.turns if index <= final_index) >= expected
+
+    def turn_count(self, state: SessionState) -> int:
+        return len(state.turns)
+
+    def state_session_id(self, state: SessionState) -> str:
+        return state.session_id
+
+    def turn_scored(self, scored: TurnScore) -> Scored:
+        return turn_scored(scored)
+
+    # ------------------------------------------------------------ scoring
+
+    def score_turn(
+        self, turn: AlignmentTurnPayload | tuple[str, str], vector: np.ndarray
+    ) -> TurnScore:
+        persona_id, text = (
+            (turn.persona_id, turn.text) if isinstance(turn, AlignmentTurnPayload) else turn
+        )
+        return score_turn(text, self.personas.get(persona_id), vector, self.settings, self.patterns)
+
+    def make_judge(self, on_error: Callable[[str], None]) -> SafetyJudge | None:
+        judge = self.settings.judge
+        return None if judge is None else SafetyJudge(judge, on_error=on_error)
+
+    async def score_session(self, state: SessionState, judge: SafetyJudge | None = None) -> Scored:
+        """Session scores, with the judge's verdict when one is configured; an unusable
+        verdict is recorded on the session (`judge: error`) and, with `judge.on_error:
+        review`, makes its label at least Review (the judge counts it)."""
+        judge_settings = self.settings.judge
+        if judge is None or judge_settings is None:
+            return score_session(state, self.settings)
+        verdict = await judge.judge(session_transcript(state))
+        scored = score_session(state, self.settings, verdict.score)
+        return with_verdict(scored, verdict, judge_settings.on_error)
+
+    def warm_up(self) -> None:
+        """Load the model, embed every persona's examples and train the safety classifier
+        (when enabled) before traffic arrives."""
+        for persona_id in self.personas.ids():
+            self.personas.get(persona_id)
+        classifier_from_settings(self.settings)
+
+    def pool_factories(self) -> dict[str, Callable[[Any], Callable[[Any], TurnScore]]]:
+        """The scoring pool's scorer of alignment turns (`ALIGNMENT_TURN`), carrying the
+        personas' example vectors and the trait classifier (what needs the embedder):
+        the child loads the rest (personas, safety patterns) from the section."""
+        embedded = {persona_id: self.personas.get(persona_id) for persona_id in self.personas.ids()}
+        vectors = {pid: persona.example_vectors for pid, persona in embedded.items()}
+        classifiers = {pid: persona.trait_classifier for pid, persona in embedded.items()}
+        safety = classifier_from_settings(self.settings)  # trained here once, not per child
+        return {ALIGNMENT_TURN: partial(alignment_turn_scorer, vectors, classifiers, safety)}
+
+
+def load_sessions(
+    settings: AlignmentSettings, text_budget: int, embedder: Embedder | None = None
+) -> AlignmentSessions:
+    """The spec's `sessions` loader."""
+    return AlignmentSessions(settings, text_budget, embedder)
+
+
+def alignment_turn_scorer(
+    vectors: Mapping[str, np.ndarray | None],
+    classifiers: Mapping[str, TraitClassifier | None],
+    safety: SafetyClassifier | None,
+    settings: AlignmentSettings,
+) -> Callable[[Any], TurnScore]:
+    """A scorer of `(persona_id, text, vector)` turns (a `TurnScore`), for the scoring
+    pool's children: personas and safety patterns from the `alignment` section, with the
+    example vectors, trait classifier and safety classifier (None: disabled) the caller
+    made. A turn without a vector (sampled out of embedding under overload) gets its
+    safety only."""
+    personas = {
+        persona.id: replace(
+            persona,
+            example_vectors=vectors.get(persona.id),
+            trait_classifier=classifiers.get(persona.id),
+        )
+        for persona in personas_from_settings(settings).values()
+    }
+    patterns = patterns_from_settings(settings)
+
+    def score(turn: Any) -> TurnScore:
+        persona_id, text, vector = turn
+        persona = personas.get(persona_id)
+        if persona is None:
+            raise Rejected(UNKNOWN_PERSONA, f"unknown persona {persona_id!r}")
+        if vector is None:
+            return safety_only_turn(text, persona_id, settings, patterns, safety)
+        return score_turn(text, persona, vector, settings, patterns, safety)
+
+    return score
