@@ -71,7 +71,8 @@ def score_record(
         raise TypeError(f"the {record.suite} scorer returned {type(scored).__name__}")
     suite_versions = versions.get(record.suite)
     if suite_versions is None:
-        suite_versions = versions[record.suite] = registry.get(record.suite).versions(settings)
+        spec = registry.get(record.suite)
+        suite_versions = versions[record.suite] = spec.versions(spec.section(settings))
     result = build_result(
         case_id=record.id,
         suite=record.suite,
