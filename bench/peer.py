@@ -214,6 +214,18 @@ class Outcome:
     lost: int = 0
     doubled: int = 0
     finals: dict[int, int] = field(default_factory=dict)
+    arrivals: list[float] = field(default_factory=list)  # when each new result was read
+
+    def timeline(self) -> str:
+        """Seconds from the first result until 10/25/50/75/90/100 % of them arrived."""
+        if not self.arrivals:
+            return "-"
+        times = sorted(self.arrivals)
+        marks = (0.1, 0.25, 0.5, 0.75, 0.9, 1.0)
+        picks = [times[max(0, math.ceil(share * len(times)) - 1)] - times[0] for share in marks]
+        return " ".join(
+            f"{int(share * 100)}%:{pick:.1f}" for share, pick in zip(marks, picks, strict=True)
+        )
 
     @property
     def results_rate(self) -> float:
@@ -259,7 +271,10 @@ async def observe(
                 for messages in batches.values():
                     for message in messages:
                         if is_results:
-                            seen.add(orjson.loads(message.value)["id"])
+                            case_id = orjson.loads(message.value)["id"]
+                            if case_id not in seen:
+                                seen.add(case_id)
+                                outcome.arrivals.append(now)
                             if math.isnan(outcome.first):
                                 outcome.first, cpu_first = now, tree_cpu(process.pid)
                                 if profile is not None:
@@ -642,6 +657,8 @@ def report(rounds: list[dict[str, Outcome]]) -> bool:
                 ("lost %", 100 * run.lost / run.n),
             ):
                 figures.setdefault(f"{system} {name}", []).append(value)
+        for system in SYSTEMS:
+            print(f"{'':<7}{system + ' results at (s)':<28}{outcomes[system].timeline()}")
         ours, theirs = outcomes["scorestream"], outcomes["quix"]
         ratios = {
             "results/s": ratio(ours.results_rate, theirs.results_rate),

@@ -12,9 +12,9 @@ exactly the slow record becomes a `scoring_timeout` outcome (a record that kills
 process, a `scoring_error`), and every other record of the chunk still gets its result.
 
 A child is prepared once (`_start_child`: the suites' case scorers from the settings).
-Payloads go as compactly as they can: the stream sends a record's raw bytes, which the
-child decodes again (pickling a pydantic model costs more than validating it), and a
-`Scored` comes back as JSON.
+Payloads go as compactly as they can: the stream sends a record's raw bytes and the
+child takes it all the way to its result's bytes (`score_records`: decoding, validation,
+scoring and the result off the worker's event loop); a `Scored` comes back as JSON.
 """
 
 from __future__ import annotations
@@ -34,9 +34,11 @@ from typing import Any
 import orjson
 from pebble import ProcessExpired, ProcessPool
 
+from schemas.outputs import Versions
 from worker.config import Settings
 from worker.input.records import decode_record
 from worker.input.rejections import SCORING_ERROR, SCORING_TIMEOUT, UNKNOWN_SUITE, Rejected
+from worker.input.scored_records import RecordTask, score_record
 from worker.suites import registry
 from worker.suites.base import Scored
 
@@ -45,6 +47,7 @@ log = logging.getLogger("scorestream")
 CHUNK_RECORDS = 64  # cases per task: a process hop costs about as much as a few cases
 CHUNK_BYTES = 256 * 1024  # and about this much input per task
 MAX_MESSAGE_CHARS = 500  # of an error's repr in an outcome
+_CASES, _RECORDS = "cases", "records"  # the two kinds of task a child runs
 
 # (suite, payload, size in bytes of its input: the chunking hint); for a suite's case
 # scorer the payload is its payload model, or the raw bytes of a record that
@@ -138,7 +141,7 @@ class ScoringPool:
         before it reads, so the first batch does not wait and a scorer that cannot be
         prepared fails the start instead of every record)."""
         try:
-            self._started().schedule(_score_chunk, args=([],)).result(timeout)
+            self._started().schedule(_run_chunk, args=(_CASES, [])).result(timeout)
         except Exception as exc:
             self.close()
             raise RuntimeError(f"the scoring processes could not start: {exc!r}") from exc
@@ -154,10 +157,26 @@ class ScoringPool:
         """Score `cases` (order kept); never raises for one case's sake. A pool that
         broke (not by a case: a child that cannot start) is started again once; if it
         is still broken, the cases it did not score are `scoring_error` outcomes."""
-        outcomes: list[Outcome | None] = [None] * len(cases)
+        tasks = [(suite, payload) for suite, payload, _ in cases]
+        return await self._run(tasks, [size for _, _, size in cases], _CASES)
+
+    def score_blocking(self, cases: Sequence[Case]) -> list[Outcome]:
+        """`score` for callers without an event loop (the `score` command)."""
+        return asyncio.run(self.score(cases))
+
+    async def score_records(self, records: Sequence[RecordTask]) -> list[Outcome]:
+        """Take input records from their raw bytes to their results' bytes in the children
+        (`scored_records.score_record`), each within the deadline (order kept): `scored`
+        is a `ScoredRecord`, or `NOT_A_CASE` for a record the caller handles itself;
+        otherwise the dead-letter reason (a rejected record's, `scoring_timeout`, ...).
+        Never raises for one record's sake (as `score`)."""
+        return await self._run(records, [len(task[0]) for task in records], _RECORDS)
+
+    async def _run(self, tasks: Sequence[Any], sizes: Sequence[int], kind: str) -> list[Outcome]:
+        outcomes: list[Outcome | None] = [None] * len(tasks)
         for attempt in (1, 2):
             try:
-                await self._score_into(cases, outcomes)
+                await self._score_into(tasks, sizes, outcomes, kind)
                 break
             except _PoolBroken as broken:
                 log.error("the scoring pool broke (%s): starting it again", broken)
@@ -167,16 +186,14 @@ class ScoringPool:
                     outcomes = [outcome or failed for outcome in outcomes]
         return [outcome if outcome is not None else _lost() for outcome in outcomes]
 
-    def score_blocking(self, cases: Sequence[Case]) -> list[Outcome]:
-        """`score` for callers without an event loop (the `score` command)."""
-        return asyncio.run(self.score(cases))
-
-    async def _score_into(self, cases: Sequence[Case], outcomes: list[Outcome | None]) -> None:
-        """Score the cases without an outcome yet in chunks; a chunk that passed the
-        deadline or lost its process, again case by case."""
+    async def _score_into(
+        self, tasks: Sequence[Any], sizes: Sequence[int], outcomes: list[Outcome | None], kind: str
+    ) -> None:
+        """Run the tasks without an outcome yet in chunks; a chunk that passed the
+        deadline or lost its process, again task by task."""
         todo = [index for index, outcome in enumerate(outcomes) if outcome is None]
-        chunks = _chunks(todo, [cases[index][2] for index in todo])
-        futures = [self._schedule([cases[index] for index in chunk]) for chunk in chunks]
+        chunks = _chunks(todo, [sizes[index] for index in todo])
+        futures = [self._schedule([tasks[index] for index in chunk], kind) for chunk in chunks]
         retry: list[int] = []
         for chunk, future in zip(chunks, futures, strict=True):
             try:
@@ -192,7 +209,7 @@ class ScoringPool:
                 raise _PoolBroken(repr(exc)) from exc
             for index, fields in zip(chunk, scored, strict=True):
                 outcomes[index] = _outcome(fields)
-        singles = [self._schedule([cases[index]]) for index in retry]
+        singles = [self._schedule([tasks[index]], kind) for index in retry]
         for index, future in zip(retry, singles, strict=True):
             try:
                 outcomes[index] = _outcome((await asyncio.wrap_future(future))[0])
@@ -201,10 +218,11 @@ class ScoringPool:
             except Exception as exc:
                 raise _PoolBroken(repr(exc)) from exc
 
-    def _schedule(self, cases: Sequence[Case]) -> Future[list[tuple[Any, ...]]]:
-        task = [(suite, payload) for suite, payload, _ in cases]
+    def _schedule(self, tasks: Sequence[Any], kind: str) -> Future[list[tuple[Any, ...]]]:
         try:
-            return self._started().schedule(_score_chunk, args=(task,), timeout=self.deadline)
+            return self._started().schedule(
+                _run_chunk, args=(kind, list(tasks)), timeout=self.deadline
+            )
         except RuntimeError as exc:  # the pool is in an error state
             raise _PoolBroken(repr(exc)) from exc
 
@@ -224,7 +242,7 @@ class _PoolBroken(Exception):
 def _outcome(fields: tuple[Any, ...]) -> Outcome:
     """An `Outcome` from a child's answer (a `Scored` came as JSON bytes)."""
     scored, *rest = fields
-    if isinstance(scored, bytes):
+    if isinstance(scored, bytes):  # a case scorer's (a record's result is a ScoredRecord)
         scored = Scored(**orjson.loads(scored))
     return Outcome(scored, *rest)
 
@@ -254,19 +272,34 @@ def _chunks(indices: Sequence[int], sizes: Sequence[int]) -> list[list[int]]:
 
 _SCORERS: dict[str, Callable[[Any], Any]] = {}
 _SETTINGS: list[Settings] = []
+_VERSIONS: dict[str, Versions] = {}  # of each suite's results, built once per child
 
 
 def _start_child(settings: Settings, factories: Mapping[str, ScorerFactory]) -> None:
     """Prepare a child once: its case scorers. Ctrl-C is for the parent to handle."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _SETTINGS[:] = [settings]
+    _VERSIONS.clear()
     _SCORERS.clear()
     _SCORERS.update({name: factory(settings) for name, factory in factories.items()})
 
 
-def _score_chunk(cases: list[tuple[str, Any]]) -> list[tuple[Any, ...]]:
-    """Each case's `Outcome` fields (plain tuples: an exception may not pickle)."""
-    return [_score_one(suite, payload) for suite, payload in cases]
+def _run_chunk(kind: str, tasks: list[Any]) -> list[tuple[Any, ...]]:
+    """Each task's `Outcome` fields (plain tuples: an exception may not pickle)."""
+    if kind == _RECORDS:
+        return [_score_record(task) for task in tasks]
+    return [_score_one(suite, payload) for suite, payload in tasks]
+
+
+def _score_record(task: RecordTask) -> tuple[Any, ...]:
+    started = time.perf_counter()
+    try:
+        scored = score_record(task, _SETTINGS[0], _SCORERS, _VERSIONS)
+    except Rejected as rejected:
+        return (None, rejected.reason, rejected.message, time.perf_counter() - started)
+    except Exception as exc:  # a scorer bug loses nothing: the caller dead-letters it
+        return (None, SCORING_ERROR, repr(exc)[:MAX_MESSAGE_CHARS], time.perf_counter() - started)
+    return (scored, None, "", time.perf_counter() - started)
 
 
 def _score_one(suite: str, payload: Any) -> tuple[Any, ...]:

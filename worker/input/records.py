@@ -253,6 +253,23 @@ def result_key(suite: str, case_id: str) -> str:
     return f"{suite}:{case_id}"
 
 
+def result_from_json(value: bytes) -> CaseResult:
+    """A result this worker built and serialized itself (`build_result`, e.g. in a scoring
+    child), read back without validating it again: the times, source and versions as
+    their types, the rest as JSON gave them."""
+    data = orjson.loads(value)
+    source = data["source"]
+    return CaseResult.model_construct(
+        **{
+            **data,
+            "ts": datetime.fromisoformat(data["ts"]),
+            "scored_at": datetime.fromisoformat(data["scored_at"]),
+            "versions": Versions.model_construct(**data["versions"]),
+            "source": None if source is None else RecordSource.model_construct(**source),
+        }
+    )
+
+
 def build_result(
     *,
     case_id: str,
@@ -320,6 +337,7 @@ __all__ = [
     "dead_letter",
     "decode_record",
     "describe_validation_error",
+    "result_from_json",
     "result_key",
     "usable_event_time",
     "validate_record",

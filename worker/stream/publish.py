@@ -71,8 +71,9 @@ class _KeyContributions:
 
 
 class Contributions:
-    """A micro-batch's results (`results`, sent first) and what it contributes to the
-    aggregation stage, per suite|segment key, in order (see `Publisher.contribute`):
+    """A micro-batch's results (`results`, sent first, as they come) and what it
+    contributes to the aggregation stage, per suite|segment key, in order (see
+    `Publisher.contribute`; folded only then, after the results went out):
     results read from an input partition at or past its `fold_from` offset are folded
     per pane; the others go case by case.
 
@@ -86,6 +87,8 @@ class Contributions:
         self.fold_from = fold_from or {}
         self.results: list[tuple[bytes, bytes]] = []  # (key, value) of each result
         self._by_key: dict[str, _KeyContributions] = {}
+        # Results added and not folded yet: (result, value, segments, scored)
+        self._pending: list[tuple[CaseResult, bytes, Sequence[Any], Scored | None]] = []
 
     def add(
         self,
@@ -95,7 +98,22 @@ class Contributions:
         scored: Scored | None = None,
     ) -> None:
         """Collect a result for each of its segments: (key, segment, segment as JSON),
-        the all-cases segment first (`aggregation.segments_for`)."""
+        the all-cases segment first (`aggregation.segments_for`). Folding waits until
+        the contributions are asked for (`items`), so results can be sent first."""
+        self._pending.append((result, value, segments, scored))
+
+    def _fold_pending(self) -> None:
+        for result, value, segments, scored in self._pending:
+            self._collect(result, value, segments, scored)
+        self._pending.clear()
+
+    def _collect(
+        self,
+        result: CaseResult,
+        value: bytes,
+        segments: Sequence[tuple[str, Mapping[str, str], bytes]],
+        scored: Scored | None,
+    ) -> None:
         folding, source = self.folding, result.source
         foldable = not (
             folding is None
@@ -103,6 +121,8 @@ class Contributions:
             or result.kind != "case"
             or source.offset < self.fold_from.get(source.partition, math.inf)
         )
+        if foldable and scored is None:
+            scored = aggregation.scored_from(result)
         labelled = segments[-1][0]  # the segment folded case by case
         for key, segment, encoded in segments:
             entry = self._by_key.get(key)
@@ -125,6 +145,7 @@ class Contributions:
 
     def items(self) -> list[tuple[str, bytes, list[bytes], PaneFold | None, list[bytes]]]:
         """Per key: (key, segment as JSON, results case by case, fold, folded results)."""
+        self._fold_pending()
         out = []
         for key, entry in self._by_key.items():
             fold = entry.fold
@@ -138,8 +159,10 @@ class Contributions:
     def clear(self) -> None:
         self.results.clear()
         self._by_key.clear()
+        self._pending.clear()
 
     def __len__(self) -> int:
+        self._fold_pending()
         return sum(len(entry.cases) + len(entry.folded) for entry in self._by_key.values())
 
 
@@ -212,12 +235,14 @@ class Publisher:
         result: CaseResult,
         aggregate: bool = True,
         batch: Contributions | None = None,
+        value: bytes | None = None,
     ) -> None:
         """Publish a result and, when windows count it, its per-segment contributions:
         sent now, or collected in `batch` to go out with the batch's (`contribute`).
-        Every record is checked first: `OutputTooLarge` means none of them was sent or
-        collected."""
-        value = result.model_dump_json().encode("utf-8")
+        `value`: the result serialized already (by a scoring child). Every record is
+        checked first: `OutputTooLarge` means none of them was sent or collected."""
+        if value is None:
+            value = result.model_dump_json().encode("utf-8")
         key = input_records.result_key(result.suite, result.id).encode("utf-8")
         self.check_size(self.topics.results, key, value)
         segments = self._segments(result) if aggregate else ()
@@ -230,8 +255,7 @@ class Publisher:
             self.evaluations.offer(result)
         if batch is not None:
             batch.results.append((key, value))
-            scored = aggregation.scored_from(result) if batch.folding is not None else None
-            batch.add(result, value, segments, scored)
+            batch.add(result, value, segments)
             return
         await self.send(self.topics.results, key, value)
         for segment_key, _, encoded in segments:
@@ -255,12 +279,21 @@ class Publisher:
             )
         return known
 
+    async def send_results(self, batch: Contributions) -> None:
+        """Send the results collected in `batch` so far (one record batch per partition),
+        ahead of the batch's contributions: results need not wait for the folds. Their
+        input offsets are committed only after the whole batch (`contribute`), and the
+        producer is flushed before any commit, so at-least-once holds."""
+        if batch.results:
+            await self.send_records(self.topics.results, batch.results)
+            batch.results.clear()
+
     async def contribute(self, batch: Contributions) -> None:
         """Send a micro-batch's results (one record batch per partition), then its
         contributions per suite|segment key: the results sent case by case (split where
         one record would exceed `limits.max_output_bytes`), then the fold, one record (or,
         should that not fit, the fold's results case by case)."""
-        await self.send_records(self.topics.results, batch.results)
+        await self.send_results(batch)
         for key, segment, cases, fold, folded in batch.items():
             await self._send_cases(key, segment, cases)
             if fold is None:

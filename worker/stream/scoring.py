@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator, Coroutine, MutableMapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -21,7 +22,7 @@ from faust.types import TP, AppT, EventT
 from schemas.envelope import AlignmentRecord
 from schemas.outputs import CaseResult
 from worker.input import records as input_records
-from worker.input.unknown_fields import unknown_fields, with_unknown_fields
+from worker.input.scored_records import NOT_A_CASE, RecordTask, ScoredRecord
 from worker.scoring_pool import CHUNK_RECORDS, Outcome
 from worker.stream.context import (
     StreamContext,
@@ -85,8 +86,8 @@ class ScoreStage:
             await run_to_completion(self.process_batch(list(events)))
 
     async def process_batch(self, events: list[EventT]) -> None:
-        """Score a micro-batch in order. Its results go out together at the end, one
-        record batch per partition, then its contributions to the windows, combined
+        """Score a micro-batch in order. Its results go out as they are scored (a record
+        batch per partition per chunk), then its contributions to the windows, combined
         into one record per suite|segment; only then does each partition's progress
         count the batch (its markers must follow the contributions they cover), and the
         progress it moved goes out at once, so no window waits for the timer."""
@@ -158,37 +159,52 @@ class ScoreStage:
         records: list[tuple[EventT, input_records.SourcePosition]],
         batch: Contributions | None = None,
     ) -> list[datetime | None]:
-        """Decode the records, score their cases in the scoring pool (each under
-        `limits.scoring_deadline`), then publish or dead-letter each, in order; the event
-        time of each record that had a usable one. Pipelined: a chunk of cases is scored
-        while the next is decoded and the previous one's results are published."""
-        prepared: list[_Case | datetime | None] = []
+        """Take the records from their bytes to their results in the scoring pool (each
+        under `limits.scoring_deadline`: decoding, validation, scoring, the result), then
+        publish, forward or dead-letter each, in order; the event time of each record that
+        had a usable one. Pipelined: a chunk is scored while the next is handed over and
+        the previous one's results are published: with a `batch`, its results go out every
+        `CHUNK_RECORDS` (not at the batch's end; the contributions still do)."""
+        prepared: list[_Pending | datetime | None] = []
         scoring: list[asyncio.Future[list[Outcome]]] = []
-        waiting: list[_Case] = []
+        waiting: list[_Pending] = []
+        clock_offset = self.context.clock() - time.time()
+        limit = self.settings.max_record_bytes
 
         def send() -> None:
-            cases = [
-                (case.record.suite, case.event.value, len(case.event.value)) for case in waiting
-            ]
-            scoring.append(asyncio.ensure_future(self.context.scoring_pool.score(cases)))
+            tasks = [item.task for item in waiting]
+            scoring.append(asyncio.ensure_future(self.context.scoring_pool.score_records(tasks)))
             waiting.clear()
 
         for event, source in records:
-            step = self._prepare(event, source, self.context.now())
-            item = await self._guarded(step, event, source)
-            prepared.append(item)
-            if isinstance(item, _Case):
-                waiting.append(item)
-                if len(waiting) >= CHUNK_RECORDS:
-                    send()
+            received = self.context.now()
+            value = event.value
+            if not isinstance(value, bytes) or len(value) > limit:  # dead-lettered here
+                step = self._decode_here(event, source, received)
+                prepared.append(await self._guarded(step, event, source))
+                continue
+            stamp = None if source.timestamp is None else source.timestamp.timestamp()
+            task = (
+                value,
+                received.timestamp(),
+                (source.topic, source.partition, source.offset, stamp),
+                clock_offset,
+            )
+            pending = _Pending(event, source, received, task)
+            prepared.append(pending)
+            waiting.append(pending)
+            if len(waiting) >= CHUNK_RECORDS:
+                send()
         if waiting:
             send()
         outcomes = _in_order(scoring)
         event_times: list[datetime | None] = []
         for (event, source), item in zip(records, prepared, strict=True):
-            if isinstance(item, _Case):
+            if isinstance(item, _Pending):
                 outcome = await anext(outcomes)
                 item = await self._guarded(self._finish(item, outcome, batch), event, source)
+                if batch is not None and len(batch.results) >= CHUNK_RECORDS:
+                    await self.publisher.send_results(batch)  # out now, not after the batch
             event_times.append(item)
         return event_times
 
@@ -253,14 +269,15 @@ class ScoreStage:
         except Exception:  # not started (tests) or slow: the marks stay best effort
             log.debug("in-flight marks not flushed", exc_info=True)
 
-    async def _prepare(
+    async def _decode_here(
         self,
         event: EventT,
         source: input_records.SourcePosition,
         received: datetime,
-    ) -> _Case | datetime | None:
-        """Decode a record: forward an alignment record, dead-letter a bad one, or return
-        the case to score; the event time when the record is done with and had one."""
+    ) -> datetime | None:
+        """A record the scoring pool does not take to a result: one without a value or
+        over `max_record_bytes` (dead-lettered), or an alignment turn (forwarded to the
+        session stage); the event time when the record had a usable one."""
         settings = self.settings
         try:
             record = input_records.decode_record(
@@ -271,46 +288,35 @@ class ScoreStage:
                 received,
                 settings.max_future_skew,
             )
-            if isinstance(record, AlignmentRecord):
-                self.context.suites.check_session(record.payload)
-                await self._forward_turn(record, source, received, event_time)
-                return event_time
+            if not isinstance(record, AlignmentRecord):  # the children said it was not a case
+                raise RuntimeError(f"a {record.suite} record came back from the scoring pool")
+            self.context.suites.check_session(record.payload)
+            await self._forward_turn(record, source, received, event_time)
+            return event_time
         except OutputTooLarge as exc:
             await self._dead_letter(event, input_records.OUTPUT_TOO_LARGE, str(exc), source)
             return None
         except input_records.Rejected as rejected:
             await self._dead_letter(event, rejected.reason, rejected.message, source)
             return None
-        return _Case(event, source, received, record, event_time)
 
     async def _finish(
-        self, case: _Case, outcome: Outcome, batch: Contributions | None = None
+        self, case: _Pending, outcome: Outcome, batch: Contributions | None = None
     ) -> datetime | None:
-        """Publish a scored case, or dead-letter it with the reason it was not scored."""
-        event, source, record = case.event, case.source, case.record
-        if outcome.scored is None:
+        """Publish a scored record, hand back one that is not a case (an alignment turn),
+        or dead-letter it with the reason it was not scored."""
+        event, source, scored = case.event, case.source, outcome.scored
+        if scored == NOT_A_CASE:
+            return await self._decode_here(event, source, case.received)
+        if not isinstance(scored, ScoredRecord):
             reason = outcome.reason or input_records.SCORING_ERROR
             if reason == input_records.SCORING_ERROR:  # a scorer bug
                 log.error("scoring failed: %s", outcome.message)
             await self._dead_letter(event, reason, outcome.message, source)
             return None
-        scored = with_unknown_fields(outcome.scored, unknown_fields(record.payload))
-        result = input_records.build_result(
-            case_id=record.id,
-            suite=record.suite,
-            kind="case",
-            scored=scored,
-            event_time=case.event_time,
-            model=record.model,
-            labels=record.labels,
-            versions=self.context.suites.versions(record.suite),
-            source=source,
-            scored_at=self.context.now(),
-            received_at=case.received,
-            trace_id=record.trace_id,
-        )
+        result = input_records.result_from_json(scored.value)
         try:
-            await self.publisher.result(result, batch=batch)
+            await self.publisher.result(result, batch=batch, value=scored.value)
         except OutputTooLarge as exc:
             await self._dead_letter(event, input_records.OUTPUT_TOO_LARGE, str(exc), source)
             return None
@@ -318,7 +324,7 @@ class ScoreStage:
             observe(self.context, result, outcome.seconds)
         else:
             self._observed.append((result, outcome.seconds))
-        return case.event_time
+        return result.ts
 
     async def _dead_letter(
         self, event: EventT, reason: str, message: str, source: input_records.SourcePosition
@@ -461,14 +467,13 @@ class ScoreStage:
 
 
 @dataclass(frozen=True)
-class _Case:
-    """A decoded record of a suite scored case by case, waiting for the scoring pool."""
+class _Pending:
+    """A record handed to the scoring pool, waiting for its outcome."""
 
     event: EventT
     source: input_records.SourcePosition
     received: datetime
-    record: Any  # an envelope of a case-by-case suite
-    event_time: datetime
+    task: RecordTask
 
 
 async def _in_order(scoring: list[asyncio.Future[list[Outcome]]]) -> AsyncIterator[Outcome]:

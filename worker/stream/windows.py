@@ -40,6 +40,11 @@ from worker.windowing.watermark import Marker
 
 log = logging.getLogger("scorestream")
 
+# Results counted case by case between two chances for the score stage to run (the
+# window stage yields after each record and every this many results within one), so
+# per-case results are not held behind window work on the shared event loop.
+YIELD_EVERY = 16
+
 
 def gate_windows(settings: Settings) -> list[WindowConfig]:
     """Configured windows plus a tumbling window for each gate's window size."""
@@ -105,6 +110,7 @@ class WindowStage:
             last_of[partition] = event
             with event_context(event):
                 await self.process(event)
+            await asyncio.sleep(0)  # the score stage's turn (`YIELD_EVERY`)
         deliveries, self._deliveries = self._deliveries, []
         if deliveries:  # the broker has them before the tables say they were sent
             await asyncio.gather(*deliveries)
@@ -138,7 +144,9 @@ class WindowStage:
                 watermark = self.store.watermark(partition).value()
                 self.late_log.records(str(fold["suite"]), panes, watermark)
             return
-        for item in data.get("results") or [data["result"]]:
+        for index, item in enumerate(data.get("results") or [data["result"]], 1):
+            if index % YIELD_EVERY == 0:  # a long record: let the score stage in meanwhile
+                await asyncio.sleep(0)
             result = _result_of(item)
             admission = self.store.add(partition, result, data["segment"])
             if admission.late and data["segment"] == {}:  # once per result, not per segment

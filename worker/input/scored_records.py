@@ -1,0 +1,93 @@
+"""One input record's whole case-by-case path, from its raw bytes to its result's bytes:
+decode and validate (`decode_record`), check its event time, score it, build and
+serialize the result. The scoring pool's children run this (`ScoringPool.score_records`),
+so the worker's event loop only publishes and folds; no Kafka and no clock of its own
+here (the caller passes its clock's offset from the wall clock).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any, NamedTuple
+
+from schemas.envelope import AlignmentRecord
+from schemas.outputs import Versions
+from worker.config import Settings
+from worker.input.records import (
+    SourcePosition,
+    build_result,
+    decode_record,
+    usable_event_time,
+)
+from worker.input.rejections import UNKNOWN_SUITE, Rejected
+from worker.input.unknown_fields import unknown_fields, with_unknown_fields
+from worker.suites import registry
+from worker.suites.base import Scored
+
+# What the event loop hands over per record: (raw value, received at (epoch seconds),
+# (topic, partition, offset, record timestamp or None), the offset of the stage's clock
+# from the wall clock (seconds; `scored_at` is taken by the stage's clock)).
+RecordTask = tuple[bytes, float, tuple[str, int, int, float | None], float]
+
+# A record that is not a case of a suite scored case by case (an alignment turn): the
+# stage decodes and forwards it itself.
+NOT_A_CASE = "not_a_case"
+
+
+class ScoredRecord(NamedTuple):
+    """A scored record: its result as the results topic carries it, and its event time."""
+
+    value: bytes
+    event_time: float
+
+
+def score_record(
+    task: RecordTask,
+    settings: Settings,
+    scorers: Mapping[str, Callable[[Any], Any]],
+    versions: dict[str, Versions],
+) -> ScoredRecord | str:
+    """The result of one input record, or `NOT_A_CASE`; raises `Rejected` with the reason
+    a dead letter gives (the same checks, in the same order, as the stage made before)."""
+    raw, received, (topic, partition, offset, timestamp), clock_offset = task
+    record = decode_record(raw, settings.max_record_bytes, settings.limits)
+    received_at = datetime.fromtimestamp(received, UTC)
+    event_time = usable_event_time(
+        record.event_time()
+        or (None if timestamp is None else datetime.fromtimestamp(timestamp, UTC))
+        or received_at,
+        received_at,
+        settings.max_future_skew,
+    )
+    if isinstance(record, AlignmentRecord):
+        return NOT_A_CASE
+    scorer = scorers.get(record.suite)
+    if scorer is None:
+        raise Rejected(UNKNOWN_SUITE, f"suite {record.suite!r} is not scored case by case")
+    scored = scorer(record.payload)
+    if not isinstance(scored, Scored):
+        raise TypeError(f"the {record.suite} scorer returned {type(scored).__name__}")
+    suite_versions = versions.get(record.suite)
+    if suite_versions is None:
+        spec = registry.get(record.suite)
+        suite_versions = versions[record.suite] = spec.versions(spec.section(settings))
+    result = build_result(
+        case_id=record.id,
+        suite=record.suite,
+        kind="case",
+        scored=with_unknown_fields(scored, unknown_fields(record.payload)),
+        event_time=event_time,
+        model=record.model,
+        labels=record.labels,
+        versions=suite_versions,
+        source=SourcePosition(topic, partition, offset),
+        scored_at=datetime.fromtimestamp(time.time() + clock_offset, UTC),
+        received_at=received_at,
+        trace_id=record.trace_id,
+    )
+    return ScoredRecord(result.model_dump_json().encode("utf-8"), event_time.timestamp())
+
+
+__all__ = ["NOT_A_CASE", "RecordTask", "ScoredRecord", "score_record"]
