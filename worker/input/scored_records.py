@@ -12,7 +12,6 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
-from schemas.envelope import AlignmentRecord
 from schemas.outputs import Versions
 from worker.config import Settings
 from worker.input.records import (
@@ -31,8 +30,8 @@ from worker.suites.base import Scored
 # from the wall clock (seconds; `scored_at` is taken by the stage's clock)).
 RecordTask = tuple[bytes, float, tuple[str, int, int, float | None], float]
 
-# A record that is not a case of a suite scored case by case (an alignment turn): the
-# stage decodes and forwards it itself.
+# A record of the suite that keeps sessions (a turn, or a whole session): the stage
+# decodes and forwards it itself.
 NOT_A_CASE = "not_a_case"
 
 
@@ -61,7 +60,8 @@ def score_record(
         received_at,
         settings.max_future_skew,
     )
-    if isinstance(record, AlignmentRecord):
+    session_suite = registry.session_suite()
+    if session_suite is not None and record.suite == session_suite.name:
         return NOT_A_CASE
     scorer = scorers.get(record.suite)
     if scorer is None:

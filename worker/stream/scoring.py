@@ -1,9 +1,9 @@
 """The score stage: reads the input topic, scores the case-by-case suites (in the
 scoring pool's child processes, each record under `limits.scoring_deadline`),
-forwards alignment records to the session stage, dead-letters what cannot be scored, and
-tells the downstream stages how far each input partition has got (watermark markers:
-right behind each micro-batch's outputs, and from the timer for idle partitions and as a
-heartbeat).
+forwards the session suite's records (alignment's) to the session stage, dead-letters
+what cannot be scored, and tells the downstream stages how far each input partition has
+got (watermark markers: right behind each micro-batch's outputs, and from the timer for
+idle partitions and as a heartbeat).
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from typing import Any, TypeVar
 import orjson
 from faust.types import TP, AppT, EventT
 
-from schemas.envelope import AlignmentRecord
 from schemas.outputs import CaseResult
 from worker.input import records as input_records
 from worker.input.scored_records import NOT_A_CASE, RecordTask, ScoredRecord
@@ -276,8 +275,8 @@ class ScoreStage:
         received: datetime,
     ) -> datetime | None:
         """A record the scoring pool does not take to a result: one without a value or
-        over `max_record_bytes` (dead-lettered), or an alignment turn (forwarded to the
-        session stage); the event time when the record had a usable one."""
+        over `max_record_bytes` (dead-lettered), or a session suite's turn (forwarded to
+        the session stage); the event time when the record had a usable one."""
         settings = self.settings
         try:
             record = input_records.decode_record(
@@ -288,10 +287,14 @@ class ScoreStage:
                 received,
                 settings.max_future_skew,
             )
-            if not isinstance(record, AlignmentRecord):  # the children said it was not a case
+            sessions = self.context.suites.sessions
+            if sessions is None or not isinstance(record, sessions.record_model):
+                # the children say a record is not a case only when it is a session record
                 raise RuntimeError(f"a {record.suite} record came back from the scoring pool")
             self.context.suites.check_session(record.payload)
-            await self._forward_turn(record, source, received, event_time)
+            await self._forward_turn(
+                record, sessions.session_id(record.payload), source, received, event_time
+            )
             return event_time
         except OutputTooLarge as exc:
             await self._dead_letter(event, input_records.OUTPUT_TOO_LARGE, str(exc), source)
@@ -303,7 +306,7 @@ class ScoreStage:
     async def _finish(
         self, case: _Pending, outcome: Outcome, batch: Contributions | None = None
     ) -> datetime | None:
-        """Publish a scored record, hand back one that is not a case (an alignment turn),
+        """Publish a scored record, hand back one that is not a case (a session turn),
         or dead-letter it with the reason it was not scored."""
         event, source, scored = case.event, case.source, outcome.scored
         if scored == NOT_A_CASE:
@@ -336,18 +339,20 @@ class ScoreStage:
 
     async def _forward_turn(
         self,
-        record: AlignmentRecord,
+        record: Any,
+        session_id: str,
         source: input_records.SourcePosition,
         received: datetime,
         event_time: datetime,
     ) -> None:
+        """Hand a session suite's record to the session stage, keyed by its session."""
         envelope = {
             "record": record.model_dump(mode="json", by_alias=True),
             "source": [source.topic, source.partition, source.offset],
             "event_time": event_time.timestamp(),
             "received": received.timestamp(),
         }
-        await self.publisher.turn(record.payload.session_id, orjson.dumps(envelope))
+        await self.publisher.turn(session_id, orjson.dumps(envelope))
 
     # ---------------------------------------------------------------- progress
 
