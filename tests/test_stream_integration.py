@@ -421,6 +421,9 @@ async def test_alignment_window_equals_score_with_the_judge_on(
                 "timeout": 5,
                 "allow_insecure_http": True,  # loopback
             },
+            # `score` embeds every turn, so the stream must too, however far behind a
+            # loaded machine puts it (the default max_lag samples late turns out)
+            "embedding": {"max_lag": None},
         }
         config_path = write_config(tmp_path / "config.yaml", config)
         settings = settings_of(config)
