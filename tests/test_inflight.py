@@ -86,3 +86,18 @@ def test_a_crash_before_a_range_kept_ahead_does_not_forget_it() -> None:
     assert third.begin_batch(KEY, 2, 9)
     assert third.begin_record(KEY, 2) == 3  # a poison pill
     assert third.begin_record(KEY, 5) == 3  # the older one, still remembered
+
+
+def test_reached_is_the_furthest_offset_ever_begun_and_never_moves_back() -> None:
+    marks: dict[str, Any] = {}
+    assert InflightGuard(marks, limit=2).reached(KEY) is None  # nothing begun: a backlog folds
+    first = InflightGuard(marks, limit=2)
+    assert not first.begin_batch(KEY, 0, 99)  # its outputs may be out when it dies at 40
+    assert first.reached(KEY) == 99
+    second = InflightGuard(marks, limit=2)
+    assert second.begin_batch(KEY, 0, 99)
+    assert second.begin_record(KEY, 40) == 2  # record by record behind the batch's end
+    assert second.reached(KEY) == 99  # still: 41..99 may have been contributed
+    second.end(KEY)
+    assert not InflightGuard(marks, limit=2).begin_batch(KEY, 100, 149)
+    assert InflightGuard(marks, limit=2).reached(KEY) == 149

@@ -18,8 +18,9 @@ from typing import Any
 
 
 class InflightGuard:
-    """Marks `{key: {"first", "last", "attempts", "done", "ahead"?}}`, one key per input
-    partition (`ahead`: an unfinished range not reached yet, see `begin_batch`)."""
+    """Marks `{key: {"first", "last", "attempts", "done", "reached", "ahead"?}}`, one key per
+    input partition (`ahead`: an unfinished range not reached yet, see `begin_batch`;
+    `reached`: see `reached`)."""
 
     def __init__(self, marks: MutableMapping[str, Any], limit: int) -> None:
         self.marks = marks
@@ -36,9 +37,8 @@ class InflightGuard:
             self.suspect[key] = crashed
             return True
         self.suspect.pop(key, None)
-        self.marks[key] = _with_ahead(
-            {"first": first, "last": last, "attempts": 1, "done": False}, crashed
-        )
+        mark = {"first": first, "last": last, "attempts": 1, "done": False}
+        self.marks[key] = _with_reached(_with_ahead(mark, crashed), self.marks.get(key))
         return False
 
     def is_suspect(self, key: str, offset: int) -> bool:
@@ -53,8 +53,14 @@ class InflightGuard:
         attempts = 1 if found is None else int(found["attempts"]) + 1
         done = attempts > self.limit
         mark = {"first": offset, "last": offset, "attempts": attempts, "done": done}
-        self.marks[key] = _with_ahead(mark, crashed)
+        self.marks[key] = _with_reached(_with_ahead(mark, crashed), self.marks.get(key))
         return attempts
+
+    def reached(self, key: str) -> int | None:
+        """The highest offset of `key` any batch or record was ever begun at (None: no mark,
+        nothing begun under the guard). It never moves back: a replay record by record
+        behind a batch that died keeps the batch's end."""
+        return _reached(self.marks.get(key))
 
     def end(self, key: str) -> None:
         """The batch (or record) of `key` finished."""
@@ -80,6 +86,23 @@ def _unfinished_ranges(mark: Any) -> list[dict[str, Any]]:
 
 def _containing(ranges: list[dict[str, Any]], offset: int) -> dict[str, Any] | None:
     return next((found for found in ranges if found["first"] <= offset <= found["last"]), None)
+
+
+def _reached(mark: Any) -> int | None:
+    """A mark's `reached` (older marks without it: the furthest range they hold)."""
+    if not isinstance(mark, dict) or "last" not in mark:
+        return None
+    offsets = [int(mark["last"]), int(mark.get("reached", -1))]
+    if isinstance(mark.get("ahead"), dict):
+        offsets.append(int(mark["ahead"]["last"]))
+    return max(offsets)
+
+
+def _with_reached(mark: dict[str, Any], before: Any) -> dict[str, Any]:
+    """`mark` with `reached`: the furthest of its own range and the mark it replaces."""
+    reached = _reached(before)
+    mark["reached"] = max(int(mark["last"]), -1 if reached is None else reached)
+    return mark
 
 
 def _with_ahead(mark: dict[str, Any], crashed: list[dict[str, Any]]) -> dict[str, Any]:

@@ -29,7 +29,7 @@ from worker.stream.context import (
     run_to_completion,
     source_position,
 )
-from worker.stream.faust_patches.internals import kafka_consumer
+from worker.stream.faust_patches.internals import kafka_consumer, stream_offsets
 from worker.stream.inflight import InflightGuard
 from worker.stream.publish import Contributions, Folding, OutputTooLarge
 from worker.windowing.watermark import Marker, PartitionClock
@@ -91,10 +91,10 @@ class ScoreStage:
         count the batch (its markers must follow the contributions they cover), and the
         progress it moved goes out at once, so no window waits for the timer."""
         self._observed.clear()
-        careful = await self._guard_batch(events)
-        if self.folding is not None:
+        if self.folding is not None:  # from the in-flight marks as they were before the batch
             for partition in {event.message.partition for event in events}:
                 self._learn_fold_from(partition)
+        careful = await self._guard_batch(events)
         batch = Contributions(self.folding, self.fold_from)
         done: list[tuple[input_records.SourcePosition, datetime | None]] = []
         together: list[tuple[int, EventT, input_records.SourcePosition]] = []
@@ -245,28 +245,36 @@ class ScoreStage:
                     careful.add(key)
         if careful:
             log.warning("input %s: the worker stopped inside this range; record by record", careful)
-        await self._flush_marks()
+        await self._flush_marks(list(ranges))
         return careful
 
     async def _guard_record(self, key: str, offset: int) -> int:
         assert self.guard is not None
         with event_context(self._event_of[key]):
             attempts = self.guard.begin_record(key, offset)
-        await self._flush_marks()
+        await self._flush_marks([key])
         return attempts
 
-    async def _flush_marks(self) -> None:
-        """Make the in-flight marks durable before the work they cover starts (the
-        producer only sends once the worker is ready, so that is awaited first)."""
-        try:
-            if self.ready is not None:
+    async def _flush_marks(self, keys: list[str]) -> None:
+        """Make the in-flight marks of `keys` durable before the work they cover starts
+        (the producer only sends once the worker is ready, so that is awaited first).
+        Folding relies on them (`_learn_fold_from`: nothing past a partition's `reached`
+        was contributed), so marks the broker did not acknowledge are written again and
+        waited for until it does; the batch waits meanwhile, as its outputs would."""
+        if self.ready is not None:
+            try:
                 await asyncio.wait_for(self.ready.wait(), READY_TIMEOUT)
-            marks = self.guard.marks if self.guard is not None else None
-            written = getattr(marks, "written", None)
-            if written is not None and not await written(MARK_TIMEOUT):
-                log.warning("in-flight marks not acknowledged in %ss", MARK_TIMEOUT)
-        except Exception:  # not started (tests) or slow: the marks stay best effort
-            log.debug("in-flight marks not flushed", exc_info=True)
+            except TimeoutError:
+                log.warning("not started in %ss: flushing the in-flight marks", READY_TIMEOUT)
+        marks = self.guard.marks if self.guard is not None else None
+        written = getattr(marks, "written", None)
+        if marks is None or written is None:  # a plain mapping (tests): nothing to wait for
+            return
+        while not await written(MARK_TIMEOUT):
+            log.warning("in-flight marks not acknowledged in %ss: writing them again", MARK_TIMEOUT)
+            for key in keys:
+                with event_context(self._event_of[key]):
+                    marks[key] = marks[key]
 
     async def _decode_here(
         self,
@@ -364,12 +372,30 @@ class ScoreStage:
         self.input_partitions = None
 
     def _learn_fold_from(self, partition: int) -> None:
-        """Set `fold_from` of an input partition to its high watermark as this worker's
-        fetches report it (unknown yet: its results go case by case for now)."""
+        """Set `fold_from` of an input partition: the first offset no one can have
+        contributed yet. With the poison-pill guard, one past the partition's `reached`
+        in-flight mark (read before this worker marks anything after an assignment;
+        every batch is marked durably before its work, so nothing past it was
+        contributed), or 0 when nothing was ever marked or committed: a backlog folds.
+        Without the guard, or when a commit lies past the marks (written by a worker
+        without the guard), the partition's high watermark as this worker's fetches
+        report it (unknown yet: its results go case by case for now)."""
         if partition in self.fold_from:
             return
+        tp = TP(self.settings.topics.input, partition)
+        if self.guard is not None:
+            reached = self.guard.reached(f"{tp.topic}|{partition}")
+            try:
+                committed = stream_offsets(self.app.consumer)[0].get(tp)
+            except Exception:  # no Faust consumer (tests): nothing committed here
+                committed = None
+            if reached is None and committed is None:
+                self.fold_from[partition] = 0
+                return
+            if reached is not None and (committed is None or committed <= reached + 1):
+                self.fold_from[partition] = reached + 1
+                return
         try:
-            tp = TP(self.settings.topics.input, partition)
             highwater = self.app.consumer.highwater(tp)
         except Exception:  # no consumer (tests) or revoked meanwhile: not folded yet
             return
@@ -440,7 +466,9 @@ class ScoreStage:
                 highwater = consumer.highwater(tp)
             except Exception:  # revoked meanwhile (a rebalance): the next tick sees it
                 continue
-            if self.folding is not None:  # early: a quiet partition's live records fold
+            if self.folding is not None and self.guard is None:
+                # early: a quiet partition's live records fold (with the guard they fold
+                # anyway; its table may still be recovering here, so only batches read it)
                 self._learn_fold_from(tp.partition)
             clock.follow_wall_clock(now, highwater, self.settings.idle_timeout)
             if clock.progress is None:
