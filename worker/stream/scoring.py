@@ -94,22 +94,30 @@ class ScoreStage:
         if self.folding is not None:  # from the in-flight marks as they were before the batch
             for partition in {event.message.partition for event in events}:
                 self._learn_fold_from(partition)
-        careful = await self._guard_batch(events)
+        careful = self._mark_batch(events)
         batch = Contributions(self.folding, self.fold_from)
         done: list[tuple[input_records.SourcePosition, datetime | None]] = []
         together: list[tuple[int, EventT, input_records.SourcePosition]] = []
+        suspects: list[tuple[int, EventT, input_records.SourcePosition]] = []
         for event in events:
             source = source_position(event)
             key = _guard_key(source)
-            if not (
+            if (
                 key in careful
                 and self.guard is not None
                 and self.guard.is_suspect(key, source.offset)
             ):
+                suspects.append((len(done), event, source))
+            else:
                 together.append((len(done), event, source))
-                done.append((source, None))
-                continue
+            done.append((source, None))
+        # The children start on the batch while its marks travel to the broker; nothing
+        # of it is published, forwarded or dead-lettered before they are acknowledged.
+        submitted = self._submit([(event, source) for _, event, source in together])
+        await self._flush_marks(list(self._event_of))
+        for index, event, source in suspects:
             # The worker died inside this range: one record at a time, each marked first.
+            key = _guard_key(source)
             attempts = await self._guard_record(key, source.offset)
             if attempts > self.settings.limits.poison_pill_attempts:
                 message = (
@@ -118,12 +126,9 @@ class ScoreStage:
                     f"{self.settings.limits.poison_pill_attempts})"
                 )
                 await self._dead_letter(event, input_records.POISON_PILL, message, source)
-                done.append((source, None))
                 continue
-            done.append((source, await self.supervised(event, source, batch)))
-        event_times = await self._process_together(
-            [(event, source) for _, event, source in together], batch
-        )
+            done[index] = (source, await self.supervised(event, source, batch))
+        event_times = await self._complete(submitted, batch)
         for (index, _, source), event_time in zip(together, event_times, strict=True):
             done[index] = (source, event_time)
         await self.publisher.contribute(batch)
@@ -150,21 +155,14 @@ class ScoreStage:
     ) -> datetime | None:
         """Score one record, where nothing it does stops the agent: an exception that
         got past the stage's own handling dead-letters the record (`scoring_error`)."""
-        (event_time,) = await self._process_together([(event, source)], batch)
+        (event_time,) = await self._complete(self._submit([(event, source)]), batch)
         return event_time
 
-    async def _process_together(
-        self,
-        records: list[tuple[EventT, input_records.SourcePosition]],
-        batch: Contributions | None = None,
-    ) -> list[datetime | None]:
-        """Take the records from their bytes to their results in the scoring pool (each
-        under `limits.scoring_deadline`: decoding, validation, scoring, the result), then
-        publish, forward or dead-letter each, in order; the event time of each record that
-        had a usable one. Pipelined: a chunk is scored while the next is handed over and
-        the previous one's results are published: with a `batch`, its results go out every
-        `CHUNK_RECORDS` (not at the batch's end; the contributions still do)."""
-        prepared: list[_Pending | datetime | None] = []
+    def _submit(self, records: list[tuple[EventT, input_records.SourcePosition]]) -> _Submitted:
+        """Hand the records to the scoring pool, a chunk at a time (each record under
+        `limits.scoring_deadline`: decoding, validation, scoring, the result); records
+        without a value or over `max_record_bytes` stay here (`_complete`)."""
+        prepared: list[_Pending | _Here] = []
         scoring: list[asyncio.Future[list[Outcome]]] = []
         waiting: list[_Pending] = []
         clock_offset = self.context.clock() - time.time()
@@ -179,8 +177,7 @@ class ScoreStage:
             received = self.context.now()
             value = event.value
             if not isinstance(value, bytes) or len(value) > limit:  # dead-lettered here
-                step = self._decode_here(event, source, received)
-                prepared.append(await self._guarded(step, event, source))
+                prepared.append(_Here(event, source, received))
                 continue
             stamp = None if source.timestamp is None else source.timestamp.timestamp()
             task = (
@@ -196,15 +193,30 @@ class ScoreStage:
                 send()
         if waiting:
             send()
-        outcomes = _in_order(scoring)
+        return _Submitted(prepared, scoring)
+
+    async def _complete(
+        self, submitted: _Submitted, batch: Contributions | None = None
+    ) -> list[datetime | None]:
+        """Publish, forward or dead-letter each submitted record, in order, as its chunk
+        comes back; the event time of each record that had a usable one. Pipelined: a
+        chunk is scored while the previous one's results are published: with a `batch`,
+        its results go out every `CHUNK_RECORDS` (not at the batch's end; the
+        contributions still do)."""
+        outcomes = _in_order(submitted.scoring)
         event_times: list[datetime | None] = []
-        for (event, source), item in zip(records, prepared, strict=True):
-            if isinstance(item, _Pending):
-                outcome = await anext(outcomes)
-                item = await self._guarded(self._finish(item, outcome, batch), event, source)
-                if batch is not None and len(batch.results) >= CHUNK_RECORDS:
-                    await self.publisher.send_results(batch)  # out now, not after the batch
-            event_times.append(item)
+        for item in submitted.prepared:
+            event, source = item.event, item.source
+            if isinstance(item, _Here):
+                step = self._decode_here(event, source, item.received)
+                event_times.append(await self._guarded(step, event, source))
+                continue
+            outcome = await anext(outcomes)
+            event_times.append(
+                await self._guarded(self._finish(item, outcome, batch), event, source)
+            )
+            if batch is not None and len(batch.results) >= CHUNK_RECORDS:
+                await self.publisher.send_results(batch)  # out now, not after the batch
         return event_times
 
     async def _guarded(
@@ -225,9 +237,10 @@ class ScoreStage:
                 log.exception("could not dead-letter the failed record")
             return None
 
-    async def _guard_batch(self, events: list[EventT]) -> set[str]:
-        """Mark the batch's offset ranges in flight (durably); the partitions whose range
-        overlaps one the worker died in, to be processed record by record."""
+    def _mark_batch(self, events: list[EventT]) -> set[str]:
+        """Mark the batch's offset ranges in flight (made durable by `_flush_marks`); the
+        partitions whose range overlaps one the worker died in, to be processed record by
+        record."""
         if self.guard is None:
             return set()
         ranges: dict[str, tuple[int, int]] = {}
@@ -245,7 +258,6 @@ class ScoreStage:
                     careful.add(key)
         if careful:
             log.warning("input %s: the worker stopped inside this range; record by record", careful)
-        await self._flush_marks(list(ranges))
         return careful
 
     async def _guard_record(self, key: str, offset: int) -> int:
@@ -261,14 +273,16 @@ class ScoreStage:
         Folding relies on them (`_learn_fold_from`: nothing past a partition's `reached`
         was contributed), so marks the broker did not acknowledge are written again and
         waited for until it does; the batch waits meanwhile, as its outputs would."""
+        if self.guard is None:
+            return
         if self.ready is not None:
             try:
                 await asyncio.wait_for(self.ready.wait(), READY_TIMEOUT)
             except TimeoutError:
                 log.warning("not started in %ss: flushing the in-flight marks", READY_TIMEOUT)
-        marks = self.guard.marks if self.guard is not None else None
+        marks = self.guard.marks
         written = getattr(marks, "written", None)
-        if marks is None or written is None:  # a plain mapping (tests): nothing to wait for
+        if written is None:  # a plain mapping (tests): nothing to wait for
             return
         while not await written(MARK_TIMEOUT):
             log.warning("in-flight marks not acknowledged in %ss: writing them again", MARK_TIMEOUT)
@@ -497,6 +511,23 @@ class ScoreStage:
         except Exception:  # not answered yet: not caught up, try on the next tick
             log.debug("no position for %s yet", tp, exc_info=True)
             return None
+
+
+@dataclass(frozen=True)
+class _Here:
+    """A record the stage decodes itself (no value, or over `max_record_bytes`)."""
+
+    event: EventT
+    source: input_records.SourcePosition
+    received: datetime
+
+
+@dataclass(frozen=True)
+class _Submitted:
+    """Records handed to the scoring pool, in order, and the chunks being scored."""
+
+    prepared: list[_Pending | _Here]
+    scoring: list[asyncio.Future[list[Outcome]]]
 
 
 @dataclass(frozen=True)
