@@ -32,6 +32,7 @@ from worker.stream.context import StreamContext, event_context, run_to_completio
 from worker.stream.publish import markers_of
 from worker.stream.scoring import INPUT_GROUP
 from worker.stream.sessions import SESSION_GROUP
+from worker.suites import registry
 from worker.suites.registry import AGGREGATORS
 from worker.windowing.late_records import LateRecordLog
 from worker.windowing.pane_folds import count_of, start_of
@@ -44,6 +45,18 @@ log = logging.getLogger("scorestream")
 # window stage yields after each record and every this many results within one), so
 # per-case results are not held behind window work on the shared event loop.
 YIELD_EVERY = 16
+
+
+def input_only_suites() -> dict[str, set[str]]:
+    """The suites whose results only the score stage sends (every one but the suite that
+    keeps sessions): their windows close on the input partitions' markers alone, which
+    reach this stage straight from the score stage, not through the session stage."""
+    sessions = registry.session_suite()
+    return {
+        name: {INPUT_GROUP}
+        for name in registry.names()
+        if sessions is None or name != sessions.name
+    }
 
 
 def gate_windows(settings: Settings) -> list[WindowConfig]:
@@ -79,6 +92,7 @@ class WindowStage:
             aggregators=AGGREGATORS,
             reservoir_size=settings.reservoir_size,
             channel_groups={INPUT_GROUP: 0, SESSION_GROUP: settings.stream.partitions},
+            suite_groups=input_only_suites(),
         )
         self.last_interim: dict[int, float] = {}
         self.last_watermark: dict[int, float] = {}
@@ -141,7 +155,7 @@ class WindowStage:
             if admission.late_cases and data["segment"] == {}:
                 self.context.telemetry.record_late(str(fold["suite"]), admission.late_cases)
                 panes = [(start_of(pane), count_of(pane)) for pane in fold["panes"]]
-                watermark = self.store.watermark(partition).value()
+                watermark = self.store.watermark_of(partition, str(fold["suite"]))
                 self.late_log.records(str(fold["suite"]), panes, watermark)
             return
         for index, item in enumerate(data.get("results") or [data["result"]], 1):
@@ -151,7 +165,7 @@ class WindowStage:
             admission = self.store.add(partition, result, data["segment"])
             if admission.late and data["segment"] == {}:  # once per result, not per segment
                 self.context.telemetry.record_late(result.suite)
-                watermark = self.store.watermark(partition).value()
+                watermark = self.store.watermark_of(partition, result.suite)
                 self.late_log.record(result.suite, result.ts.timestamp(), watermark)
 
     async def on_markers(self, partition: int, markers: Sequence[Marker]) -> None:
