@@ -260,6 +260,32 @@ async def test_a_safe_window_closes_without_waiting_for_the_session_stage(
     assert pipeline.final_counts() == {minute(T0): 3}  # once
 
 
+async def test_only_a_marker_that_passes_a_window_end_and_grace_skips_the_batch_wait() -> None:
+    """The window stage processes its batch at once on a marker that takes its channel
+    past a window's end + grace (`take_batches`); other markers and data wait as before."""
+    pipeline = Pipeline(input_partitions=1)
+    try:
+
+        async def marker_ends_batch(ts: float) -> bool:
+            sent = await pipeline.batch(pipeline.case(0, ts))
+            [marker] = [item for item in sent if item.key == MARKER_KEY and "agg" in item.topic]
+            data = [item for item in sent if item.key != MARKER_KEY and "agg" in item.topic]
+            event = Event(marker.value, Message(marker.topic, 0, 0), marker.key)
+            assert not any(
+                pipeline.windows.may_close(Event(d.value, Message(d.topic, 0, 0), d.key))
+                for d in data
+            )
+            return pipeline.windows.may_close(event)  # type: ignore[arg-type]
+
+        assert await marker_ends_batch(T0 + 5)  # the first from its channel
+        assert not await marker_ends_batch(T0 + 30)
+        assert not await marker_ends_batch(T0 + 60 + GRACE - 0.1)  # not past the grace
+        assert await marker_ends_batch(T0 + 60 + GRACE)  # the minute closes here
+        assert not await marker_ends_batch(T0 + 90)
+    finally:
+        pipeline.close()
+
+
 async def test_progress_a_batch_did_not_move_is_not_sent_again(pipeline: Pipeline) -> None:
     await pipeline.batch(pipeline.case(0, T0 + 5))
     markers_before = sum(1 for item in pipeline.publisher.log if item.key == MARKER_KEY)

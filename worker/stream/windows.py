@@ -29,7 +29,8 @@ from worker import aggregation
 from worker.config import Settings, WindowConfig
 from worker.gates.evaluator import GateEvaluator, applies_to, gate_key, gated_metrics
 from worker.stream.context import StreamContext, event_context, run_to_completion
-from worker.stream.publish import markers_of
+from worker.stream.faust_patches.prompt_batches import take_batches
+from worker.stream.publish import MARKER_KEY, markers_of
 from worker.stream.scoring import INPUT_GROUP
 from worker.stream.sessions import SESSION_GROUP
 from worker.suites import registry
@@ -38,6 +39,7 @@ from worker.windowing.late_records import LateRecordLog
 from worker.windowing.pane_folds import count_of, start_of
 from worker.windowing.store import Emission, WindowStore
 from worker.windowing.watermark import Marker
+from worker.windowing.windows import pane_width
 
 log = logging.getLogger("scorestream")
 
@@ -100,6 +102,10 @@ class WindowStage:
         self.gauges: dict[str, tuple[str, dict[str, str]]] = {}  # gate key -> (gate, segment)
         self._deliveries: list[Awaitable[Any]] = []  # finals and gate events of the batch
         self._gate_writes: dict[str, dict[str, Any]] = {}  # gate states of the batch
+        self._pane_width = pane_width(gate_windows(settings))
+        # The latest marker value seen per (stage partition, group, channel) as it arrived
+        # (before its batch was processed), for `may_close`.
+        self._marker_seen: dict[tuple[int, str, int], float] = {}
 
     def forget(self) -> None:
         self.store.forget()
@@ -107,12 +113,42 @@ class WindowStage:
         self.last_watermark.clear()
         self._deliveries.clear()
         self._gate_writes.clear()
+        self._marker_seen.clear()
 
-    async def agent(self, stream: Any) -> None:  # faust.Stream: take_events
+    async def agent(self, stream: Any) -> None:  # faust.Stream
         batch_size = self.settings.stream.aggregate_batch_size
         wait = self.settings.stream.aggregate_batch_wait
-        async for events in stream.take_events(batch_size, within=wait):
-            await run_to_completion(self.process_batch(list(events)))
+        async for events in take_batches(stream, batch_size, wait, self.may_close):
+            await run_to_completion(self.process_batch(events))
+
+    def may_close(self, event: EventT) -> bool:
+        """Whether `event` is a marker that may close a window: one that takes its channel
+        past a window end + grace it had not passed. Its batch is processed at once
+        instead of after `aggregate_batch_wait`; other markers and data wait as before."""
+        if event.key != MARKER_KEY:
+            return False
+        try:
+            markers = markers_of(orjson.loads(event.value))
+        except (orjson.JSONDecodeError, TypeError, ValueError):
+            return False  # `process` reports it
+        partition = event.message.partition
+        crossed = False
+        for marker in markers:
+            channel = (partition, marker.group, marker.index)
+            before = self._marker_seen.get(channel)
+            if before is None or marker.value > before:
+                self._marker_seen[channel] = marker.value
+                crossed = crossed or before is None or self._closes_between(before, marker.value)
+        return crossed
+
+    def _closes_between(self, before: float, after: float) -> bool:
+        """Whether some window end + grace lies in (before, after]: every window ends on a
+        multiple of the pane width (unknown: any progress may close one)."""
+        width = self._pane_width
+        if width is None:
+            return True
+        lateness = self.store.lateness
+        return lateness.closed_through(after, width) > lateness.closed_through(before, width)
 
     async def process_batch(self, events: list[EventT]) -> None:
         """Apply a micro-batch in order; once its finals and gate events are delivered,
