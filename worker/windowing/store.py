@@ -9,7 +9,8 @@ tables in production, dicts in tests), one stage partition at a time.
 - **Admission.** `add` counts a result into the pane of its event time unless every window
   of that configuration containing it is closed (the partition's watermark, the minimum
   progress of its upstream channels, reached `end + grace`): such a result is late and
-  changes no aggregate.
+  changes no aggregate. A suite's upstream channels are the groups its records travel
+  behind (`suite_groups`; all by default): closing and lateness both follow them.
 - **Folds.** `add_fold` merges a micro-batch's results folded per pane by the score
   stage (`worker.windowing.pane_folds`): one merge per pane and configuration instead of one update
   per case. A fold's panes lie inside one pane of every configuration, so lateness is
