@@ -22,10 +22,13 @@ Figures per rate and round:
   final arrived: after the first result stamped at or past end + grace was read back on
   every input partition (what the watermark's own path adds, without the cases' trip).
 
-The summary gives, over rounds (min / median / max), the p99 of each rate, the ratio
-p99(highest rate) / p99(lowest rate) of each round, and the final delays. Targets (issue
-25): the ratio at most 3 for 300/s -> 1,500/s, every final during traffic at most 1 s
-after end + grace.
+The summary gives, over rounds (min / median / max), the p99 of each rate and whether
+the worker kept it (every round's last result at most 1 s after the last case sent), the
+ratio p99(rate) / p99(lowest rate) of each round for every higher rate (and over 300/s),
+and the final delays. Targets (issue 25): the ratio at most 3 for 300/s -> 1,500/s, every
+final during traffic at most 1 s after end + grace. Where 1,500/s is not sent or not
+kept (a 2-core machine shared with other work keeps about 600/s), the summary says so
+and the ratios at the rates that ran stand in for it.
 """
 
 from __future__ import annotations
@@ -64,6 +67,8 @@ READ_WAIT_MS = 20  # the readers' fetch wait (Tansu answers late in the wait)
 STARTUP_S = 180.0
 DRAIN_S = 120.0  # the longest to wait for the last results of a rate
 RATIO_TARGET = 3.0  # p99(1,500/s) / p99(300/s)
+TARGET_RATES = (300.0, 1500.0)
+KEPT_BEHIND_S = 1.0  # a rate is kept when its last result came at most this long after
 FINAL_DELAY_TARGET = 1.0  # seconds after window end + grace
 
 
@@ -219,6 +224,17 @@ def passing_cases_read(phase: Phase, readers: Readers, closes: float) -> float:
     return max(first.values()) if len(first) == PARTITIONS else math.nan
 
 
+def rate_pairs(rates: list[float]) -> list[tuple[float, float]]:
+    """(lower, higher) rate pairs to compare p99s of: the issue's pair when both ran,
+    every other rate against the lowest, and the highest against 300/s."""
+    ordered = sorted(rates)
+    pairs = [(ordered[0], rate) for rate in ordered[1:]]
+    low = TARGET_RATES[0]
+    if low in ordered and low != ordered[0]:
+        pairs += [(low, rate) for rate in ordered if rate > low]
+    return list(dict.fromkeys(pairs))
+
+
 def spread(values: list[float], digits: int) -> str:
     """'min / median / max' (inf: a final that never arrived)."""
     if not values:
@@ -251,20 +267,38 @@ def report(rounds: list[list[Phase]], rates: list[float]) -> bool:
                 f"{index + 1:>5}{phase.rate:>8,.0f}{len(phase.sent):>8}{phase.p50:>9,.0f}"
                 f"{phase.p99:>9,.0f}{cpu:>8.2f}{phase.behind:>8.1f}  {delays or '-'}"
             )
-    low, high = min(rates), max(rates)
-    ratios = []
-    for phases in rounds:
-        by_rate = {phase.rate: phase for phase in phases}
-        ratios.append(by_rate[high].p99 / by_rate[low].p99)
     print(f"\nover {len(rounds)} rounds (min / median / max):")
+    kept = []
     for rate in sorted(rates):
         phases = [phase for phases in rounds for phase in phases if phase.rate == rate]
-        print(f"  p99 at {rate:,.0f}/s: {spread([p.p99 for p in phases], 0)} ms")
-    ratio_ok = statistics.median(ratios) <= RATIO_TARGET
-    print(
-        f"  p99 ratio {high:,.0f}/s over {low:,.0f}/s: {spread(ratios, 2)} "
-        f"(target <= {RATIO_TARGET:g}: {'met' if ratio_ok else 'NOT met'})"
-    )
+        behind = [p.behind for p in phases]
+        if max(behind) <= KEPT_BEHIND_S:
+            kept.append(rate)
+        print(
+            f"  p99 at {rate:,.0f}/s: {spread([p.p99 for p in phases], 0)} ms; behind "
+            f"{spread(behind, 1)} s ({'kept' if rate in kept else 'NOT kept'})"
+        )
+    ratio_ok = False  # until the issue's pair is measured and within the target
+    for low, high in rate_pairs(rates):
+        ratios = []
+        for phases in rounds:
+            by_rate = {phase.rate: phase for phase in phases}
+            ratios.append(by_rate[high].p99 / by_rate[low].p99)
+        target = (low, high) == TARGET_RATES
+        verdict = ""
+        if target:
+            ratio_ok = statistics.median(ratios) <= RATIO_TARGET
+            verdict = f" (target <= {RATIO_TARGET:g}: {'met' if ratio_ok else 'NOT met'})"
+        print(
+            f"  p99 ratio {high:,.0f}/s over {low:,.0f}/s ({high / low:g}x the rate"
+            f"{'' if high in kept else ', not kept'}): {spread(ratios, 2)}{verdict}"
+        )
+    if TARGET_RATES[1] not in kept:
+        print(
+            f"  the issue's ratio ({TARGET_RATES[0]:,.0f} -> {TARGET_RATES[1]:,.0f}/s) was not "
+            "measured: this run did not send or the worker did not keep "
+            f"{TARGET_RATES[1]:,.0f}/s; the ratios above are at the rates it ran"
+        )
     delays = [d for phases in rounds for phase in phases for d in phase.final_delays]
     delays_ok = bool(delays) and max(delays) <= FINAL_DELAY_TARGET
     for rate in sorted(rates):

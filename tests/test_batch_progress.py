@@ -132,6 +132,8 @@ class Pipeline:
         self.windows = WindowStage(context, {}, {}, {})
         self.offsets = [0] * input_partitions
         self.routed = 0  # records of the log already handed on
+        self.sessions_behind = False  # hold the session stage's input back
+        self.held: list[Sent] = []
         self.finals: list[tuple[Aggregate, int]] = []  # and how many records were sent then
         publish_aggregate = self.publisher.aggregate
 
@@ -163,11 +165,16 @@ class Pipeline:
         return sent
 
     async def route(self) -> None:
-        while self.routed < len(self.publisher.log):
+        while self.routed < len(self.publisher.log) or (self.held and not self.sessions_behind):
             sent = self.publisher.log[self.routed :]
             self.routed = len(self.publisher.log)
             turns = [item for item in sent if item.topic == "turns"]
             counted = [item for item in sent if item.topic == "aggregate-input"]
+            if self.sessions_behind:  # the session stage has not read them yet
+                self.held.extend(turns)
+                turns = []
+            elif self.held:
+                turns, self.held = [*self.held, *turns], []
             if turns:
                 await self.sessions.process_batch(events_of(turns))  # type: ignore[arg-type]
             if counted:
@@ -231,6 +238,52 @@ async def test_a_partition_behind_holds_the_window_open_and_loses_none_of_its_ca
     assert pipeline.context.telemetry.registry.get_sample_value(
         "scorestream_late_records_total", {"suite": "safe"}
     ) in (None, 0.0)
+
+
+async def test_a_safe_window_closes_without_waiting_for_the_session_stage(
+    pipeline: Pipeline,
+) -> None:
+    """SAFE results go from the score stage straight to the windows: the session stage's
+    hop (its fetch and batch wait, then another one here) is not on their final's path,
+    while the input partitions still bound it (a partition behind holds it open)."""
+    pipeline.sessions_behind = True
+    await pipeline.batch(pipeline.case(0, T0 + 1), pipeline.case(1, T0 + 2))
+    closing = T0 + 60 + GRACE + 0.5
+    await pipeline.batch(pipeline.case(0, closing), pipeline.case(1, T0 + 59))
+    assert pipeline.finals == []  # partition 1 is still in the window
+    await pipeline.batch(pipeline.case(1, closing))
+    assert pipeline.final_counts() == {minute(T0): 3}  # the session stage read nothing yet
+    assert pipeline.held  # ... and has the markers still to read
+    pipeline.sessions_behind = False
+    await pipeline.route()
+    assert pipeline.held == []
+    assert pipeline.final_counts() == {minute(T0): 3}  # once
+
+
+async def test_only_a_marker_that_passes_a_window_end_and_grace_skips_the_batch_wait() -> None:
+    """The window stage processes its batch at once on a marker that takes its channel
+    past a window's end + grace (`take_batches`); other markers and data wait as before."""
+    pipeline = Pipeline(input_partitions=1)
+    try:
+
+        async def marker_ends_batch(ts: float) -> bool:
+            sent = await pipeline.batch(pipeline.case(0, ts))
+            [marker] = [item for item in sent if item.key == MARKER_KEY and "agg" in item.topic]
+            data = [item for item in sent if item.key != MARKER_KEY and "agg" in item.topic]
+            event = Event(marker.value, Message(marker.topic, 0, 0), marker.key)
+            assert not any(
+                pipeline.windows.may_close(Event(d.value, Message(d.topic, 0, 0), d.key))
+                for d in data
+            )
+            return pipeline.windows.may_close(event)  # type: ignore[arg-type]
+
+        assert await marker_ends_batch(T0 + 5)  # the first from its channel
+        assert not await marker_ends_batch(T0 + 30)
+        assert not await marker_ends_batch(T0 + 60 + GRACE - 0.1)  # not past the grace
+        assert await marker_ends_batch(T0 + 60 + GRACE)  # the minute closes here
+        assert not await marker_ends_batch(T0 + 90)
+    finally:
+        pipeline.close()
 
 
 async def test_progress_a_batch_did_not_move_is_not_sent_again(pipeline: Pipeline) -> None:

@@ -388,3 +388,37 @@ def test_interim_emission_of_a_hopping_pane_is_its_newest_window_only() -> None:
     [emission] = store.pending(0)
     assert emission.window.start == base and emission.window.size == 3600
     assert not emission.final and emission.state["count"] == 1
+
+
+@pytest.mark.parametrize("input_only", [True, False], ids=["input-only", "every-group"])
+def test_a_suite_only_the_score_stage_counts_closes_on_the_input_markers_alone(
+    input_only: bool,
+) -> None:
+    """SAFE results never pass the session stage, so its windows need not wait for the
+    session stage's markers; the input partitions still bound them (the minimum, a
+    partition behind holds them), and what they call late follows the same watermark."""
+    store = WindowStore(
+        {},
+        {},
+        configs=MINUTE,
+        grace=GRACE,
+        aggregators=AGGREGATORS,
+        channel_groups={"in": 0, "sess": 1},
+        suite_groups={"safe": {"in"}} if input_only else None,
+    )
+    store.add(0, result("a", T0 + 5, 0, partition=0), {})
+    store.add(0, result("b", T0 + 50, 0, partition=1), {})
+    closes = T0 + 60 + GRACE
+    assert store.advance(0, Marker("in", 0, 2, closes + 30)) == []
+    assert store.advance(0, Marker("in", 1, 2, T0 + 55)) == []  # partition 1 is behind
+    assert not store.add(0, result("c", T0 + 58, 1, partition=1), {}).late
+    finals = store.advance(0, Marker("in", 1, 2, closes))  # the session stage is silent
+    if input_only:
+        assert [(e.final, e.state["count"]) for e in finals] == [(True, 3)]
+        assert store.add(0, result("d", T0 + 59, 2, partition=1), {}).late
+        assert store.advance(0, Marker("sess", 0, 1, closes)) == []  # closed once
+    else:
+        assert finals == []
+        assert not store.add(0, result("d", T0 + 59, 2, partition=1), {}).late
+        finals = store.advance(0, Marker("sess", 0, 1, closes))
+        assert [(e.final, e.state["count"]) for e in finals] == [(True, 4)]

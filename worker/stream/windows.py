@@ -29,14 +29,17 @@ from worker import aggregation
 from worker.config import Settings, WindowConfig
 from worker.gates.evaluator import GateEvaluator, applies_to, gate_key, gated_metrics
 from worker.stream.context import StreamContext, event_context, run_to_completion
-from worker.stream.publish import markers_of
+from worker.stream.faust_patches.prompt_batches import take_batches
+from worker.stream.publish import MARKER_KEY, markers_of
 from worker.stream.scoring import INPUT_GROUP
 from worker.stream.sessions import SESSION_GROUP
+from worker.suites import registry
 from worker.suites.registry import AGGREGATORS
 from worker.windowing.late_records import LateRecordLog
 from worker.windowing.pane_folds import count_of, start_of
 from worker.windowing.store import Emission, WindowStore
 from worker.windowing.watermark import Marker
+from worker.windowing.windows import pane_width
 
 log = logging.getLogger("scorestream")
 
@@ -44,6 +47,18 @@ log = logging.getLogger("scorestream")
 # window stage yields after each record and every this many results within one), so
 # per-case results are not held behind window work on the shared event loop.
 YIELD_EVERY = 16
+
+
+def input_only_suites() -> dict[str, set[str]]:
+    """The suites whose results only the score stage sends (every one but the suite that
+    keeps sessions): their windows close on the input partitions' markers alone, which
+    reach this stage straight from the score stage, not through the session stage."""
+    sessions = registry.session_suite()
+    return {
+        name: {INPUT_GROUP}
+        for name in registry.names()
+        if sessions is None or name != sessions.name
+    }
 
 
 def gate_windows(settings: Settings) -> list[WindowConfig]:
@@ -79,6 +94,7 @@ class WindowStage:
             aggregators=AGGREGATORS,
             reservoir_size=settings.reservoir_size,
             channel_groups={INPUT_GROUP: 0, SESSION_GROUP: settings.stream.partitions},
+            suite_groups=input_only_suites(),
         )
         self.last_interim: dict[int, float] = {}
         self.last_watermark: dict[int, float] = {}
@@ -86,6 +102,10 @@ class WindowStage:
         self.gauges: dict[str, tuple[str, dict[str, str]]] = {}  # gate key -> (gate, segment)
         self._deliveries: list[Awaitable[Any]] = []  # finals and gate events of the batch
         self._gate_writes: dict[str, dict[str, Any]] = {}  # gate states of the batch
+        self._pane_width = pane_width(gate_windows(settings))
+        # The latest marker value seen per (stage partition, group, channel) as it arrived
+        # (before its batch was processed), for `may_close`.
+        self._marker_seen: dict[tuple[int, str, int], float] = {}
 
     def forget(self) -> None:
         self.store.forget()
@@ -93,12 +113,42 @@ class WindowStage:
         self.last_watermark.clear()
         self._deliveries.clear()
         self._gate_writes.clear()
+        self._marker_seen.clear()
 
-    async def agent(self, stream: Any) -> None:  # faust.Stream: take_events
+    async def agent(self, stream: Any) -> None:  # faust.Stream
         batch_size = self.settings.stream.aggregate_batch_size
         wait = self.settings.stream.aggregate_batch_wait
-        async for events in stream.take_events(batch_size, within=wait):
-            await run_to_completion(self.process_batch(list(events)))
+        async for events in take_batches(stream, batch_size, wait, self.may_close):
+            await run_to_completion(self.process_batch(events))
+
+    def may_close(self, event: EventT) -> bool:
+        """Whether `event` is a marker that may close a window: one that takes its channel
+        past a window end + grace it had not passed. Its batch is processed at once
+        instead of after `aggregate_batch_wait`; other markers and data wait as before."""
+        if event.key != MARKER_KEY:
+            return False
+        try:
+            markers = markers_of(orjson.loads(event.value))
+        except (orjson.JSONDecodeError, TypeError, ValueError):
+            return False  # `process` reports it
+        partition = event.message.partition
+        crossed = False
+        for marker in markers:
+            channel = (partition, marker.group, marker.index)
+            before = self._marker_seen.get(channel)
+            if before is None or marker.value > before:
+                self._marker_seen[channel] = marker.value
+                crossed = crossed or before is None or self._closes_between(before, marker.value)
+        return crossed
+
+    def _closes_between(self, before: float, after: float) -> bool:
+        """Whether some window end + grace lies in (before, after]: every window ends on a
+        multiple of the pane width (unknown: any progress may close one)."""
+        width = self._pane_width
+        if width is None:
+            return True
+        lateness = self.store.lateness
+        return lateness.closed_through(after, width) > lateness.closed_through(before, width)
 
     async def process_batch(self, events: list[EventT]) -> None:
         """Apply a micro-batch in order; once its finals and gate events are delivered,
@@ -141,7 +191,7 @@ class WindowStage:
             if admission.late_cases and data["segment"] == {}:
                 self.context.telemetry.record_late(str(fold["suite"]), admission.late_cases)
                 panes = [(start_of(pane), count_of(pane)) for pane in fold["panes"]]
-                watermark = self.store.watermark(partition).value()
+                watermark = self.store.watermark_of(partition, str(fold["suite"]))
                 self.late_log.records(str(fold["suite"]), panes, watermark)
             return
         for index, item in enumerate(data.get("results") or [data["result"]], 1):
@@ -151,7 +201,7 @@ class WindowStage:
             admission = self.store.add(partition, result, data["segment"])
             if admission.late and data["segment"] == {}:  # once per result, not per segment
                 self.context.telemetry.record_late(result.suite)
-                watermark = self.store.watermark(partition).value()
+                watermark = self.store.watermark_of(partition, result.suite)
                 self.late_log.record(result.suite, result.ts.timestamp(), watermark)
 
     async def on_markers(self, partition: int, markers: Sequence[Marker]) -> None:

@@ -9,7 +9,8 @@ tables in production, dicts in tests), one stage partition at a time.
 - **Admission.** `add` counts a result into the pane of its event time unless every window
   of that configuration containing it is closed (the partition's watermark, the minimum
   progress of its upstream channels, reached `end + grace`): such a result is late and
-  changes no aggregate.
+  changes no aggregate. A suite's upstream channels are the groups its records travel
+  behind (`suite_groups`; all by default): closing and lateness both follow them.
 - **Folds.** `add_fold` merges a micro-batch's results folded per pane by the score
   stage (`worker.windowing.pane_folds`): one merge per pane and configuration instead of one update
   per case. A fold's panes lie inside one pane of every configuration, so lateness is
@@ -51,7 +52,7 @@ Mapping layout (`windows`): `pane|{suite}|{segment}|{config}|{pane start}` ->
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Collection, Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -117,6 +118,7 @@ class WindowStore:
         aggregators: Mapping[str, SuiteAggregator],
         reservoir_size: int = aggregation.DEFAULT_RESERVOIR_SIZE,
         channel_groups: Mapping[str, int] | None = None,
+        suite_groups: Mapping[str, Collection[str]] | None = None,
     ) -> None:
         self.windows = windows
         self.progress = progress
@@ -126,6 +128,10 @@ class WindowStore:
         self.aggregators = aggregators
         self.reservoir_size = reservoir_size
         self.progress_table = ProgressTable(progress, PROGRESS_PREFIX, channel_groups or {})
+        # The channel groups whose markers each suite's records travel behind (a suite not
+        # listed: every group). A suite only the score stage counts closes its windows on
+        # the input partitions' progress, without waiting for the session stage's hop.
+        self.suite_groups = {suite: frozenset(g) for suite, g in (suite_groups or {}).items()}
         self._series: dict[int, dict[str, set[float]]] = {}  # series key -> pane starts
         self._pending: dict[str, Any] = {}  # changed since the last flush
         self._deleted: dict[str, int] = {}  # keys to delete at the flush -> partition
@@ -139,8 +145,13 @@ class WindowStore:
         """The partition's watermark (restored from `progress` on first use)."""
         return self.progress_table.watermark(partition)
 
-    def is_closed(self, partition: int, window: WindowKey) -> bool:
-        return self.lateness.is_closed(window.end, self.progress_table.value(partition))
+    def watermark_of(self, partition: int, suite: str) -> float | None:
+        """The partition's watermark as it bounds `suite`'s windows: the minimum over the
+        channel groups its records travel behind (None until all of them reported)."""
+        return self.watermark(partition).value(self.suite_groups.get(suite))
+
+    def is_closed(self, partition: int, window: WindowKey, suite: str) -> bool:
+        return self.lateness.is_closed(window.end, self.watermark_of(partition, suite))
 
     def forget(self) -> None:
         """Drop caches (after a rebalance another worker may have moved the state).
@@ -163,7 +174,7 @@ class WindowStore:
         offset = result.source.offset if result.source is not None else -1
         counted = 0
         late = replay = False
-        watermark = self.watermark(partition).value()
+        watermark = self.watermark_of(partition, result.suite)
         scored = aggregation.scored_from(result) if aggregator is not None else None
         for name, config in self.configs.items():
             series_key = f"{SERIES}{result.suite}|{segkey}|{name}"
@@ -222,7 +233,7 @@ class WindowStore:
         span: Mapping[str, int] = fold["span"]
         segkey = aggregation.segment_key(segment)
         aggregator = self.aggregators.get(suite)
-        watermark = self.watermark(partition).value()
+        watermark = self.watermark_of(partition, suite)
         counted = 0
         late_panes: set[float] = set()
         replay = False
@@ -283,9 +294,13 @@ class WindowStore:
     def advance(self, partition: int, marker: Marker) -> list[Emission]:
         """Apply a watermark marker; the windows now due, as final emissions (those it
         closes, and after a restore any the restored watermark had already passed)."""
-        moved = self.progress_table.observe(partition, marker)
-        current = self.progress_table.value(partition)
-        if current is None or (not moved and partition in self._checked):
+        watermark = self.watermark(partition)
+        group_sets = {None, *self.suite_groups.values()}
+        before = [watermark.value(groups) for groups in group_sets]
+        self.progress_table.observe(partition, marker)
+        after = [watermark.value(groups) for groups in group_sets]
+        moved = after != before
+        if all(value is None for value in after) or (not moved and partition in self._checked):
             return []
         if partition not in self._checked:
             # The first close since a restore reads the series from the tables again: an
@@ -293,11 +308,10 @@ class WindowStore:
             # rebalance) would miss series, and their windows would never close.
             self._series.pop(partition, None)
             self._checked.add(partition)
-        return self._close_due(partition, current)
+        return self._close_due(partition)
 
     def pending(self, partition: int) -> list[Emission]:
         """Interim emissions of the newest open window of each pane changed since last time."""
-        current = self.watermark(partition).value()
         due: dict[str, tuple[str, WindowConfig, float]] = {}
         for series_key, starts in self._index(partition).items():
             series = self._get(series_key)
@@ -306,6 +320,7 @@ class WindowStore:
             config = self.configs.get(series["config_name"])
             if config is None:
                 continue
+            current = self.watermark_of(partition, series["suite"])
             for pane_start in starts:
                 pane_key = _pane_key(series_key, pane_start)
                 if pane_key not in self._dirty_panes:
@@ -326,25 +341,28 @@ class WindowStore:
 
     def open_windows(self, partition: int) -> list[WindowKey]:
         """Windows with data not closed yet (for inspection and tests)."""
-        current = self.watermark(partition).value()
         found: set[WindowKey] = set()
         for series_key, starts in self._index(partition).items():
             series = self._get(series_key)
             config = self.configs.get(series["config_name"]) if series else None
             if config is None:
                 continue
+            current = self.watermark_of(partition, series["suite"])
             for pane_start in starts:
                 for window in windows_for(pane_start, config):
                     if not self.lateness.is_closed(window.end, current):
                         found.add(window)
         return sorted(found, key=WindowKey.sort_key)
 
-    def _close_due(self, partition: int, watermark: float) -> list[Emission]:
+    def _close_due(self, partition: int) -> list[Emission]:
         closing: list[tuple[float, str, str, WindowConfig, float]] = []
         for series_key, starts in self._index(partition).items():
             series = self._get(series_key)
             config = self.configs.get(series["config_name"]) if series else None
             if series is None or config is None or not starts:
+                continue
+            watermark = self.watermark_of(partition, series["suite"])
+            if watermark is None:
                 continue
             closed_through = series.get("closed_through")
             step = _step(config)
@@ -453,8 +471,10 @@ class WindowStore:
                 continue
             step = _step(config)
             partition = int(series["partition"])
+            suite = str(series["suite"])
             for window in windows_for(float(start), config):
-                if (series_key, window.start) in windows or self.is_closed(partition, window):
+                seen = (series_key, window.start) in windows
+                if seen or self.is_closed(partition, window, suite):
                     continue
                 panes = _pane_starts(window.start, window.end, step)
                 if any(

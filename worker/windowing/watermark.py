@@ -17,7 +17,7 @@ Pure: no Kafka, no clock; the wall-clock time is a parameter wherever it matters
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -143,12 +143,19 @@ class Watermark:
             self.progress[channel] = marker.value
         return self.value() != before
 
-    def value(self) -> float | None:
-        """The minimum progress over all expected channels; None until all reported."""
-        if not self.groups or 0 in self.groups.values():
+    def value(self, groups: Collection[str] | None = None) -> float | None:
+        """The minimum progress over all expected channels (of `groups` only, when given:
+        what bounds records that travel behind those groups' markers alone); None until
+        all of them reported."""
+        expected = {
+            group: count
+            for group, count in self.groups.items()
+            if groups is None or group in groups
+        }
+        if not expected or 0 in expected.values():
             return None
         lowest: float | None = None
-        for group, count in self.groups.items():
+        for group, count in expected.items():
             for index in range(count):
                 channel_progress = self.progress.get(f"{group}:{index}")
                 if channel_progress is None:

@@ -13,6 +13,8 @@ What each module fixes (upstream issue, where one was found):
 - `lean_monitor`: Faust's per-record statistics that nothing reads (none found).
 - `record_batches`: aiokafka's per-record `send` cost; reads `_partition` (none found;
   related: aio-libs/aiokafka#216).
+- `prompt_batches`: `take_events` cannot end a batch early, so a marker that closes a
+  window waited out the window stage's batch wait (none found).
 - `internals`: what the stages read of Faust's private state (related:
   faust-streaming/faust#497).
 

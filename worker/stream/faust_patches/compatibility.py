@@ -103,6 +103,19 @@ REQUIRED: tuple[Needs, ...] = (
     # record_batches: aiokafka's partitioner and batch API.
     *_has("record_batches", "aiokafka.AIOKafkaProducer", "_partition", "partitions_for"),
     *_has("record_batches", "aiokafka.AIOKafkaProducer", "create_batch", "send_batch"),
+    # prompt_batches: fills its batches as `Stream.take_events` does, from the stream.
+    *_has("prompt_batches", "faust.Stream", "add_processor", "_enable_passive"),
+    *_uses("prompt_batches", "faust.streams.Stream.__init__", "_processors"),
+    *_has("prompt_batches", "faust.Stream", "enable_acks", "ack", "wait", "wait_for_stopped"),
+    *_uses(
+        "prompt_batches",
+        "faust.streams.Stream.take_events",
+        "add_processor",
+        "_processors",
+        "_enable_passive",
+        "enable_acks",
+        "current_event",
+    ),
     # internals: what the stages read.
     *_has("internals.current_event", "faust.streams", "_current_event"),
     *_uses("internals.current_event", "faust.streams.current_event", "_current_event"),
