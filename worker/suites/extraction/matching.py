@@ -90,7 +90,13 @@ def arguments_of(rows: list[ArgumentRow]) -> Arguments:
     """`Arguments` of `(event type, role, raw argument)` rows of valid arguments."""
     texts = [value if isinstance(value, str) else str(value) for _, _, value in rows]
     normalised = norm_many(texts)
-    relaxed = [(t, r, text) for (t, r, _), text in zip(rows, normalised, strict=True) if text]
+    # a row whose argument normalisation left as it was is its own triple (no new tuple
+    # per argument: a case can have 16,000)
+    relaxed: list[Triple] = [
+        row if text is row[2] else (row[0], row[1], text)
+        for row, text in zip(rows, normalised, strict=True)
+        if text
+    ]
     if "None" not in texts or all(value is not None for _, _, value in rows):
         return Arguments(relaxed, set(relaxed))  # the same tuples, not built twice
     strict = {
