@@ -11,7 +11,7 @@ from unittest import mock
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from worker.suites import substrings
+from worker.suites import literal_prefilter, substrings
 from worker.suites.alignment import traits
 from worker.suites.alignment.negation import _CLAUSE_BREAK, clause_break_ends
 from worker.suites.alignment.safety_files import load_safety_patterns
@@ -209,6 +209,19 @@ def test_the_prefilter_finds_what_finditer_finds_next_to_letters(
     text = "".join(piece.upper() if upper else piece for piece, upper in pieces)
     found = _PREFILTER.finditer_all(text)
     assert [_spans(hits) for hits in found] == [_spans(r.finditer(text)) for r in _REGEXES]
+
+
+@PROPERTY
+@given(st.lists(st.tuples(_PIECES | _GLUE, st.booleans()), max_size=60))
+def test_following_every_anchor_finds_what_finditer_finds(
+    pieces: list[tuple[str, bool]],
+) -> None:
+    # A first word in more than `_FEW_PLACES` places is followed by its next words; here
+    # every one is, whatever the text's size.
+    text = "".join(piece.upper() if upper else piece for piece, upper in pieces)
+    with mock.patch.object(literal_prefilter, "_FEW_PLACES", 0):
+        found = _PREFILTER.finditer_all(text)
+        assert [_spans(hits) for hits in found] == [_spans(r.finditer(text)) for r in _REGEXES]
 
 
 def test_literal_beginnings_are_read_through_small_classes() -> None:

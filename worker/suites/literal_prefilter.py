@@ -59,6 +59,7 @@ _MIN_REQUIRED = 3
 _MAX_CLASS = 4  # characters of a class read on through in a literal beginning
 _NO_STARTS = np.zeros(0, dtype=np.int64)
 _MAX_ANCHORS = 1024  # a pattern with more anchors of `_MAX_WORDS` words has shorter ones
+_FEW_PLACES = 32  # a first word in no more places is not followed by its next words
 _MAX_WORDS = 3  # words of an anchor (a literal, whitespace, the next literal, ...)
 _STOP = (None, None)  # in a walked item list: what follows is not read
 # which code points `\s` matches (none above U+3000)
@@ -368,10 +369,15 @@ class LiteralPrefilter:
         self._lengths = np.array([len(literal) for literal in self._literals], dtype=np.int64)
         number = {literal: index for index, literal in enumerate(self._literals)}
         number[ANY_WORD] = _ANY_WORD_ID
-        self._anchor_ids = [
-            None if anchors is None else sorted(tuple(number[w] for w in a) for a in anchors)
-            for anchors in self._anchors
-        ]
+        self._anchor_ids: list[dict[int, list[tuple[int, ...]]] | None] = []
+        for anchors in self._anchors:
+            by_first: dict[int, list[tuple[int, ...]]] | None = None
+            if anchors is not None:
+                by_first = {}
+                for anchor in sorted(anchors):
+                    ids = tuple(number[word] for word in anchor)
+                    by_first.setdefault(ids[0], []).append(ids)
+            self._anchor_ids.append(by_first)
         self._required_ids = [
             [[number[literal] for literal in needed] for needed in required]
             for required in self._required
@@ -482,12 +488,20 @@ class _Places:
             self._spaces = np.flatnonzero(is_space(self.codes))
         return following(self._spaces, positions, len(self.codes))
 
-    def anchored(self, anchors: list[tuple[int, ...]], word_start: bool) -> np.ndarray:
-        """The sorted places where one of the anchors (literal numbers) begins; with
-        `word_start`, only places not right after an ASCII word character."""
-        found = [
-            self._begins(word_start, anchor)[0] for anchor in anchors if len(self.starts[anchor[0]])
-        ]
+    def anchored(self, anchors: dict[int, list[tuple[int, ...]]], word_start: bool) -> np.ndarray:
+        """The sorted places where one of the anchors (literal numbers, by first word)
+        begins; with `word_start`, only places not right after an ASCII word character.
+        Where a first word is in few places, they are all taken (a failed regex attempt
+        costs less than following the next words)."""
+        found = []
+        for first, beginning_here in anchors.items():
+            if not len(self.starts[first]):
+                continue
+            places = self._begins(word_start, (first,))[0]
+            if len(places) <= _FEW_PLACES:
+                found.append(places)
+            else:
+                found += [self._begins(word_start, anchor)[0] for anchor in beginning_here]
         found = [places for places in found if len(places)]
         return _merged(found) if found else _NO_STARTS
 
