@@ -306,6 +306,45 @@ def shipped_pattern_texts() -> list[tuple[str, str]]:
     return texts
 
 
+def leading_words(pattern: str) -> set[str]:
+    """The words (lower case) a shipped pattern's matches can begin with: a phrase's first
+    word, a regex's first literal run in each top-level alternative."""
+    if not pattern.startswith("re:"):
+        return {pattern.split()[0].lower()}
+
+    def lead(items: Any) -> set[str]:
+        for index, (op, arg) in enumerate(items):
+            if op in (sre_constants.AT, sre_constants.ASSERT, sre_constants.ASSERT_NOT):
+                continue
+            if op is sre_constants.LITERAL:
+                run = ""
+                for op2, arg2 in list(items)[index:]:
+                    if op2 is not sre_constants.LITERAL:
+                        break
+                    run += chr(arg2)
+                return {run.lower()}
+            if op is sre_constants.BRANCH:
+                return set().union(*(lead(branch) for branch in arg[1]))
+            if op is sre_constants.SUBPATTERN:
+                return lead(arg[-1])
+            return set()
+        return set()
+
+    return lead(sre_parse.parse(pattern[3:]))
+
+
+def frequent_beginnings() -> list[str]:
+    """The words that begin two shipped safety patterns or more, and the two-word
+    beginnings of two examples or more ("you should"), most frequent first."""
+    from collections import Counter
+
+    texts = shipped_pattern_texts()
+    words = Counter(word for pattern, _ in texts for word in leading_words(pattern))
+    pairs = Counter(" ".join(text.lower().split()[:2]) for _, text in texts)
+    frequent = [word for word, count in words.most_common() if count >= 2]
+    return frequent + [pair for pair, count in pairs.most_common() if count >= 2 and " " in pair]
+
+
 def text_case(
     suite: str,
     name: str,
@@ -395,6 +434,19 @@ def alignment_cases() -> list[Case]:
                 patterns.find,
                 lambda n, e=example: fill(e + " ", n),
                 group="safety: every shipped pattern repeated",
+            )
+        )
+    # A word that begins many patterns, repeated to the limit, then one copy of every
+    # shipped example: every copy is a place where those patterns could begin.
+    examples = " " + " ".join(text for _, text in shipped_pattern_texts())
+    for beginning in frequent_beginnings():
+        cases.append(
+            text_case(
+                "alignment",
+                f"safety: {beginning!r} repeated, then every example",
+                patterns.find,
+                lambda n, b=beginning: fill(b + " ", n - len(examples)) + examples,
+                group="safety: a frequent beginning repeated, then every example",
             )
         )
     for name, unit in {"{ repeated": "{", "{a repeated": "{a", "{} repeated": "{}"}.items():

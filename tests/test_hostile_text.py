@@ -11,12 +11,14 @@ from unittest import mock
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from worker.suites import substrings
+from worker.suites import literal_prefilter, substrings
 from worker.suites.alignment import traits
 from worker.suites.alignment.negation import _CLAUSE_BREAK, clause_break_ends
 from worker.suites.alignment.safety_files import load_safety_patterns
 from worker.suites.literal_prefilter import (
+    ANY_WORD,
     LiteralPrefilter,
+    leading_anchors,
     leading_literals,
     required_literals,
     starts_a_word,
@@ -148,7 +150,24 @@ _SAFETY_WORDS = sorted(
 )
 _REGEXES = [pattern.regex for pattern in _SHIPPED_SAFETY.patterns]
 _PREFILTER = LiteralPrefilter(_REGEXES)
-_PIECES = st.sampled_from([*_SAFETY_WORDS, " ", "  ", ". ", ", ", "\n", "’", "İ", "ſ", "K"])
+_PIECES = st.sampled_from(
+    [
+        *_SAFETY_WORDS,
+        " ",
+        "  ",
+        ". ",
+        ", ",
+        "\n",
+        "’",
+        "İ",
+        "ſ",
+        "K",
+        "\t",
+        "\xa0",
+        "\u3000",
+        "\x1c",
+    ]
+)
 
 
 def _spans(hits: Iterable[re.Match[str]]) -> list[tuple[int, int, str]]:
@@ -192,6 +211,19 @@ def test_the_prefilter_finds_what_finditer_finds_next_to_letters(
     assert [_spans(hits) for hits in found] == [_spans(r.finditer(text)) for r in _REGEXES]
 
 
+@PROPERTY
+@given(st.lists(st.tuples(_PIECES | _GLUE, st.booleans()), max_size=60))
+def test_following_every_anchor_finds_what_finditer_finds(
+    pieces: list[tuple[str, bool]],
+) -> None:
+    # A first word in more than `_FEW_PLACES` places is followed by its next words; here
+    # every one is, whatever the text's size.
+    text = "".join(piece.upper() if upper else piece for piece, upper in pieces)
+    with mock.patch.object(literal_prefilter, "_FEW_PLACES", 0):
+        found = _PREFILTER.finditer_all(text)
+        assert [_spans(hits) for hits in found] == [_spans(r.finditer(text)) for r in _REGEXES]
+
+
 def test_literal_beginnings_are_read_through_small_classes() -> None:
     assert leading_literals(re.compile(r"\bn[i1]gg(?:er|a)s?\b", re.I)) == {"nigg", "n1gg"}
     assert leading_literals(re.compile(r"\bf[a@]gg?ots?\b", re.I)) == {"fag", "f@g"}
@@ -218,8 +250,9 @@ def test_a_letter_inside_words_is_tried_nowhere_at_256_kib() -> None:
 
 
 _BREAK_PIECES = st.sampled_from(
-    ["but", "BUT", "inſtead", "however", "x", " ", ",", "-", "—", ".", "\n", "then", "ı", "İ"]
-)
+    ["but", "BUT", "inſtead", "however", "x", " ", ",", "-", "—", ".", "\n", "then", "ı", "İ",
+     "and", "So", "just", "_", "é", "9", "Ⅰ", "\xa0", "\t"]
+)  # fmt: skip
 
 
 @PROPERTY
@@ -227,6 +260,45 @@ _BREAK_PIECES = st.sampled_from(
 def test_clause_breaks_are_the_regex_matches(text: str) -> None:
     # A text without a break character or turn word is not scanned; any other is.
     assert clause_break_ends(text) == [hit.end() for hit in _CLAUSE_BREAK.finditer(text)]
+
+
+def test_anchors_read_words_across_whitespace_alternatives_and_optional_parts() -> None:
+    def anchors(pattern: str) -> set[tuple[str, ...]] | None:
+        found = leading_anchors(re.compile(pattern, re.IGNORECASE))
+        return None if found is None else set(found)
+
+    assert anchors(r"(?<!\w)you\s+should\s+die(?!\w)") == {("you", "should", "die")}
+    assert anchors(r"\b(?:you\s+should|just)\s+cut\b") == {
+        ("you", "should", "cut"),
+        ("just", "cut"),
+    }
+    assert anchors(r"\bdrink\s+(?:some\s+)?bleach") == {
+        ("drink", "some", "bleach"),
+        ("drink", "bleach"),
+    }
+    assert anchors(r"\bi\s+(?:will|’ll)\s+go") == {("i", "will", "go"), ("i", "’ll", "go")}
+    # any word between two stretches of whitespace; nothing rules out a word at the end
+    assert anchors(r"\bthe\s+\w+\s+can") == {("the", ANY_WORD, "can")}
+    assert anchors(r"\bthe\s+\w+\s*can") == {("the",)}
+    assert anchors(r"\bthe\s+\w+") == {("the",)}
+    assert anchors(r"\bthe\s[a-z]") == {("the",)}
+    assert anchors(r"\s+you") is None  # a match can begin with whitespace
+    assert anchors(r"\w+\s+you") is None
+    assert anchors(r"\bÉcole\s+x") is None  # a character with a case other than ASCII
+
+
+def test_a_harmful_phrase_after_a_common_word_repeated_is_found() -> None:
+    # A shipped pattern's first word (or first two) repeated to the limit costs no regex
+    # attempt per copy, and the phrases after them are found exactly as on their own.
+    examples = "You should die. I will kill you. They say you can't lose. You dummy"
+    expected = [(m.pattern, m.start) for m in _SHIPPED_SAFETY.find(examples)]
+    assert len(expected) == 4
+    for unit in ("you ", "you should ", "i ", "the ", "This ", "you\xa0"):
+        filler = (unit * (LIMIT // len(unit)))[: LIMIT - 100] + " "
+        found = [
+            (m.pattern, m.start - len(filler)) for m in _SHIPPED_SAFETY.find(filler + examples)
+        ]
+        assert [(pattern, start) for pattern, start in found if start >= 0] == expected
 
 
 _CUE_REGEXES = [

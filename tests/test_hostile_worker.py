@@ -1,9 +1,9 @@
 """Issue 20's findings as records, fed to a real `scorestream worker` on the embedded
 broker: `dirtyjson` arithmetic, a fence followed by blanks to the text limit, thought tags
-repeated, maximal argument lists, a SAFE record of 10,000 terms x 10,000 items and an
-alignment turn repeating a slur. Each gets its result (or, on a starved machine, a
-`scoring_timeout` dead letter), `/healthz` answers within a second throughout and the
-worker keeps its partitions."""
+repeated, maximal argument lists, a SAFE record of 10,000 terms x 10,000 items, an
+alignment turn repeating a slur and one repeating "you" before harmful phrases. Each gets
+its result (or, on a starved machine, a `scoring_timeout` dead letter), `/healthz`
+answers within a second throughout and the worker keeps its partitions."""
 
 from __future__ import annotations
 
@@ -74,6 +74,21 @@ def slur_turn() -> dict[str, Any]:
     return envelope("a-crap", "alignment", payload)
 
 
+def common_word_turn() -> dict[str, Any]:
+    """ "you " (the first word of 18 shipped safety patterns) to the text limit, then
+    harmful phrases: every copy is a place where those patterns could begin."""
+    tail = " You should die. I will kill you. Nobody would miss you."
+    payload = {
+        "session_id": "hostile-2",
+        "turn_index": 0,
+        "persona_id": "northwind-analytics",
+        "user": "Why did signups drop?",
+        "text": "you " * ((TEXT_LIMIT - len(tail)) // 4) + tail,
+        "final": True,
+    }
+    return envelope("a-you", "alignment", payload)
+
+
 def findings() -> list[dict[str, Any]]:
     return [
         extraction("x-eval", "[9**9**8]"),
@@ -82,6 +97,7 @@ def findings() -> list[dict[str, Any]]:
         maximal_argument_lists(),
         ten_thousand_terms(),
         slur_turn(),
+        common_word_turn(),
     ]
 
 

@@ -15,10 +15,19 @@ and texts that lower-casing would not keep aligned, are scanned with `finditer` 
 
 On a degenerate text (a phrase repeated for 256 KiB) the automaton reports a literal at
 nearly every word, so its reports go straight into numpy arrays and are grouped there,
-with no Python step per report. Fewer places are tried: a literal beginning reads on
-through small classes of literals (`n[i1]gg` begins with "nigg" or "n1gg", not "n"), and
-a pattern that must start a word (`\\b` or `(?<!\\w)` before a word character) is not
-tried right after an ASCII letter, digit or underscore (the "i" in "kill").
+with no Python step per report (one-character literals are found by numpy alone). Fewer
+places are tried: a literal beginning reads on through small classes of literals
+(`n[i1]gg` begins with "nigg" or "n1gg", not "n"), and a pattern that must start a word
+(`\\b` or `(?<!\\w)` before a word character) is not tried right after an ASCII letter,
+digit or underscore (the "i" in "kill").
+
+A phrase's first word alone is a poor filter: "you" begins 18 shipped safety patterns
+and may be every other word of a reply. So a beginning is read on across whitespace, up
+to three words (`leading_anchors`: "you\\s+should\\s+die" gives ("you", "should",
+"die")), and a pattern is tried only where a whole anchor is: where its first word
+starts and each next word starts where the whitespace after the previous one ends
+(numpy, over the places of the first word; a prefix shared by several patterns is
+followed once). Every match still begins at a place tried, so the matches are the same.
 
 Case: a literal is used only when it is ASCII; the text is lower-cased, with the two
 non-ASCII letters that Python's case-insensitive matching equates with ASCII ones and
@@ -49,8 +58,15 @@ _MAX_LITERALS = 256  # a pattern with more possible beginnings is scanned as a w
 _MIN_REQUIRED = 3
 _MAX_CLASS = 4  # characters of a class read on through in a literal beginning
 _NO_STARTS = np.zeros(0, dtype=np.int64)
+_MAX_ANCHORS = 1024  # a pattern with more anchors of `_MAX_WORDS` words has shorter ones
+_FEW_PLACES = 32  # a first word in no more places is not followed by its next words
+_MAX_WORDS = 3  # words of an anchor (a literal, whitespace, the next literal, ...)
+_STOP = (None, None)  # in a walked item list: what follows is not read
+# which code points `\s` matches (none above U+3000)
+_IS_SPACE = np.array([chr(code).isspace() for code in range(0x3001)] + [False])
 _ASCII_WORD = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_")
 _NOT_WORD = [(_c.IN, [(_c.CATEGORY, _c.CATEGORY_WORD)])]  # `\w` in a parsed pattern
+_SPACE_CLASS = [(_c.CATEGORY, _c.CATEGORY_SPACE)]  # `\s` in a parsed pattern
 # which ASCII code points are `\w` (a text's other characters are never ruled out)
 _IS_ASCII_WORD = np.array([chr(code).lower() in _ASCII_WORD for code in range(128)] + [False])
 
@@ -152,15 +168,154 @@ def _small_class(members: list[tuple[Any, Any]]) -> bool:
     return len(members) <= _MAX_CLASS and all(op is _c.LITERAL and av < 128 for op, av in members)
 
 
+class _Unanchored(Exception):
+    """A match of the pattern can begin with something that is not a literal."""
+
+
+_WALK_BUDGET = 5000  # steps of reading one pattern's beginnings (a pattern with more has none)
+
+
+def leading_anchors(pattern: re.Pattern[str]) -> frozenset[tuple[str, ...]] | None:
+    """Word sequences one of which every match of `pattern` begins with, or None.
+
+    An anchor `("you", "should")` says: the match begins with "you", and "should" begins
+    where the whitespace after it ends (there may be none). Anchors are read from the
+    parsed pattern through groups, alternatives, optional parts and `\\s`, `\\s+` or
+    `\\s*` between literals, up to `_MAX_WORDS` words, in lower case. A literal
+    character is read when it is ASCII or has no case (the apostrophe in "i’ll"). In a
+    degenerate reply a phrase's first word ("you") can be at every other position;
+    "you should" or "you should die" is rare, so far fewer places are tried."""
+    parsed = _parsed(pattern)
+    if parsed is None:
+        return None
+    for most in range(_MAX_WORDS, 0, -1):  # fewer words when there are too many anchors
+        try:
+            found = _walk([*parsed, _STOP], (), "", [_WALK_BUDGET], most)
+        except _Unanchored:
+            return None
+        if len(found) <= _MAX_ANCHORS:
+            return frozenset(found)
+    return None
+
+
+def _walk(
+    items: list[tuple[Any, Any]],
+    words: tuple[str, ...],
+    current: str,
+    budget: list[int],
+    most: int,
+) -> set[tuple[str, ...]]:
+    """The anchors (of at most `most` words) of `items`, a parsed pattern's rest, after
+    `words` and the word begun so far (`current`); raises `_Unanchored`."""
+    budget[0] -= 1
+    if budget[0] < 0:
+        raise _Unanchored
+    for index, (op, av) in enumerate(items):
+        if op in _ZERO_WIDTH:
+            continue
+        rest = items[index + 1 :]
+        if op is _c.LITERAL or (op is _c.IN and _small_class(av)):
+            chars = {
+                _anchor_char(chr(av if op is _c.LITERAL else member))
+                for member in ([av] if op is _c.LITERAL else [member for _, member in av])
+            }
+            if "" in chars or (words and not current and any(c.isspace() for c in chars)):
+                break  # a character that cannot be read, or whitespace after a gap
+            if len(chars) == 1:
+                current += chars.pop()
+                continue
+            found: set[tuple[str, ...]] = set()
+            for char in sorted(chars):
+                found |= _walk(rest, words, current + char, budget, most)
+            return found
+        if _is_gap(op, av):
+            if current:
+                words, current = (*words, current), ""
+                if len(words) == most:
+                    return {_finished(words)}
+            elif not words:
+                raise _Unanchored  # the match can begin with whitespace
+            continue
+        if op is _c.BRANCH:
+            found = set()
+            for alternative in av[1]:
+                found |= _walk([*alternative, *rest], words, current, budget, most)
+            return found
+        if op is _c.SUBPATTERN or (_ATOMIC is not None and op is _ATOMIC):
+            body = av[-1] if op is _c.SUBPATTERN else av
+            return _walk([*body, *rest], words, current, budget, most)
+        if op in _REPEATS and not current and words and _is_word_run(av, rest):
+            words = (*words, ANY_WORD)  # a word of any letters, then whitespace
+            if len(words) == most:
+                break
+            continue
+        if op in _REPEATS:
+            low, high, body = av
+            found = set()
+            if high != 0:  # one repeat, then the rest when there is at most one
+                once = [*body, *(rest if high == 1 else [_STOP])]
+                found |= _walk(once, words, current, budget, most)
+            if low == 0:
+                found |= _walk(rest, words, current, budget, most)
+            return found
+        break
+    return {_finished((*words, current) if current else words)}
+
+
+def _finished(words: tuple[str, ...]) -> tuple[str, ...]:
+    """An anchor without the `ANY_WORD`s it ends with (they rule nothing out)."""
+    while words and words[-1] == ANY_WORD:
+        words = words[:-1]
+    if not words:
+        raise _Unanchored
+    return words
+
+
+def _is_word_run(repeat: Any, rest: list[tuple[Any, Any]]) -> bool:
+    """Whether a repeat is `\\w+` and whitespace must follow it (so the word ends where
+    the next whitespace is)."""
+    low, _high, body = repeat
+    if low < 1 or list(body) != _NOT_WORD:
+        return False
+    for op, av in rest:
+        if op not in _ZERO_WIDTH:
+            return _gap_least(op, av) >= 1
+    return False
+
+
+def _anchor_char(char: str) -> str:
+    """`char` as the automaton reads it (lower case), or "" when it cannot be read there:
+    a non-ASCII character with a case (IGNORECASE equates it with others)."""
+    if char.isascii():
+        return char.lower()
+    if char.lower() == char and char.upper() == char and char.casefold() == char:
+        return char
+    return ""
+
+
+def _is_gap(op: Any, av: Any) -> bool:
+    """Whether an item matches whitespace only: `\\s`, or `\\s` repeated."""
+    return _gap_least(op, av) >= 0
+
+
+def _gap_least(op: Any, av: Any) -> int:
+    """The fewest whitespace characters a whitespace-only item matches, -1 for another."""
+    if op in _REPEATS:
+        body = list(av[2])
+        inner = _gap_least(*body[0]) if len(body) == 1 else -1
+        return -1 if inner < 0 else av[0] * inner
+    return 1 if op is _c.IN and list(av) == _SPACE_CLASS else -1
+
+
 def starts_a_word(pattern: re.Pattern[str]) -> bool:
     """Whether every match of `pattern` starts at a word start: a `\\b` or `(?<!\\w)`
     before its first character, and literal beginnings that all start with a word
     character (so a place right after a word character is no beginning)."""
     parsed = _parsed(pattern)
-    leading = leading_literals(pattern)
-    if parsed is None or leading is None:
+    anchors = leading_anchors(pattern)
+    if parsed is None or anchors is None:
         return False
-    if not all(literal[0] in _ASCII_WORD for literal in leading):
+    if not all(anchor[0][0] in _ASCII_WORD for anchor in anchors):
         return False
     for op, av in parsed:
         if op not in _ZERO_WIDTH:
@@ -182,12 +337,17 @@ def fold(text: str) -> str | None:
     return folded
 
 
+# In an anchor: a run of word characters (`\\w+` between two stretches of whitespace)
+ANY_WORD = "\\w+"
+_ANY_WORD_ID = -1
+
+
 class LiteralPrefilter:
     """`finditer` of several patterns over one text, each run only where it can start."""
 
     def __init__(self, patterns: Sequence[re.Pattern[str]]) -> None:
         self.patterns = tuple(patterns)
-        self._leading = [leading_literals(pattern) for pattern in self.patterns]
+        self._anchors = [_anchors_of(pattern) for pattern in self.patterns]
         # A short literal is in most texts and costs a report at most positions: only
         # literals of `_MIN_REQUIRED` characters or more are checked for presence.
         self._required = [
@@ -199,89 +359,215 @@ class LiteralPrefilter:
             for pattern in self.patterns
         ]
         words: set[str] = set()
-        for leading in self._leading:
-            words.update(leading or ())
+        for anchors in self._anchors:
+            for anchor in anchors or ():
+                words.update(word for word in anchor if word != ANY_WORD)
         for required in self._required:
             for alternatives in required:
                 words.update(alternatives)
         self._literals = sorted(words)
         self._lengths = np.array([len(literal) for literal in self._literals], dtype=np.int64)
         number = {literal: index for index, literal in enumerate(self._literals)}
-        self._leading_ids = [
-            None if leading is None else sorted(number[literal] for literal in leading)
-            for leading in self._leading
-        ]
+        number[ANY_WORD] = _ANY_WORD_ID
+        self._anchor_ids: list[dict[int, list[tuple[int, ...]]] | None] = []
+        for anchors in self._anchors:
+            by_first: dict[int, list[tuple[int, ...]]] | None = None
+            if anchors is not None:
+                by_first = {}
+                for anchor in sorted(anchors):
+                    ids = tuple(number[word] for word in anchor)
+                    by_first.setdefault(ids[0], []).append(ids)
+            self._anchor_ids.append(by_first)
         self._required_ids = [
             [[number[literal] for literal in needed] for needed in required]
             for required in self._required
         ]
         self._word_start = [starts_a_word(pattern) for pattern in self.patterns]
+        self._characters = [
+            (index, literal) for index, literal in enumerate(self._literals) if len(literal) == 1
+        ]
         self._automaton: Any = None
-        if words:
+        if any(len(literal) > 1 for literal in self._literals):
             automaton = ahocorasick.Automaton(ahocorasick.STORE_INTS, ahocorasick.KEY_STRING)
             for index, literal in enumerate(self._literals):
-                automaton.add_word(literal, index)
+                if len(literal) > 1:
+                    automaton.add_word(literal, index)
             automaton.make_automaton()
             self._automaton = automaton
 
     def finditer_all(self, text: str) -> list[Iterator[re.Match[str]]]:
         """For each pattern, in order, what `pattern.finditer(text)` yields."""
-        folded = fold(text) if self._automaton is not None else None
+        folded = fold(text) if self._literals else None
         if folded is None:
             return [pattern.finditer(text) for pattern in self.patterns]
-        starts = self._literal_starts(folded)
-        codes: np.ndarray | None = None  # the folded text's code points, when needed
-        word_starts: dict[int, np.ndarray] = {}  # a literal's starts that can start a word
+        places = _Places(folded, self._literal_starts(folded), self._lengths)
         hits: list[Iterator[re.Match[str]]] = []
         for index, pattern in enumerate(self.patterns):
-            leading = self._leading_ids[index]
+            anchors = self._anchor_ids[index]
             if any(
-                not any(len(starts[literal]) for literal in needed)
+                not any(len(places.starts[literal]) for literal in needed)
                 for needed in self._required_ids[index]
             ):
                 hits.append(iter(()))  # a literal every match needs is not in the text
-            elif leading is None:
+            elif anchors is None:
                 hits.append(pattern.finditer(text))
             else:
-                if self._word_start[index]:
-                    if codes is None:
-                        codes = np.frombuffer(folded.encode("utf-32-le", "surrogatepass"), "<u4")
-                    for id_ in leading:
-                        if id_ not in word_starts:
-                            word_starts[id_] = _after_no_word_character(starts[id_], codes)
-                    candidates = _merged([word_starts[id_] for id_ in leading])
-                else:
-                    candidates = _merged([starts[id_] for id_ in leading])
+                candidates = places.anchored(anchors, self._word_start[index])
                 hits.append(_matches_at(pattern, text, candidates))
         return hits
 
     def _literal_starts(self, folded: str) -> list[np.ndarray]:
         """For each literal, the sorted positions where it starts in `folded`. The
         automaton's reports are collected and grouped with numpy, with no Python step per
-        report: a degenerate text has several reports at every word."""
+        report: a degenerate text has several reports at every word. One-character
+        literals ("i", ",") are not in the automaton: numpy finds them in one pass each."""
         # (end index, literal number) pairs, flattened straight into an array: a list of
         # a hundred thousand tuples would cost as much again in allocation and GC
-        reports = chain.from_iterable(self._automaton.iter(folded))
+        automaton = self._automaton
+        reports = chain.from_iterable(automaton.iter(folded)) if automaton is not None else ()
         flat = np.fromiter(reports, dtype=np.int64)
-        if not flat.size:
-            return [_NO_STARTS] * len(self._literals)
-        ids = flat[1::2]
-        starts = flat[0::2] - self._lengths[ids] + 1
-        order = np.argsort(ids, kind="stable")  # by literal, each in text order
-        bounds = np.searchsorted(ids[order], np.arange(len(self._literals) + 1))
-        grouped = starts[order]
-        return [grouped[bounds[i] : bounds[i + 1]] for i in range(len(self._literals))]
+        found = [_NO_STARTS] * len(self._literals)
+        if flat.size:
+            ids = flat[1::2]
+            starts = flat[0::2] - self._lengths[ids] + 1
+            order = np.argsort(ids, kind="stable")  # by literal, each in text order
+            bounds = np.searchsorted(ids[order], np.arange(len(self._literals) + 1))
+            grouped = starts[order]
+            found = [grouped[bounds[i] : bounds[i + 1]] for i in range(len(self._literals))]
+        if self._characters:
+            codes = code_points(folded)
+            for index, char in self._characters:
+                found[index] = np.flatnonzero(codes == ord(char))
+        return found
 
     def count_all(self, text: str) -> list[int]:
         """For each pattern, `len(pattern.findall(text))`."""
         return [sum(1 for _ in hits) for hits in self.finditer_all(text)]
 
 
+def _anchors_of(pattern: re.Pattern[str]) -> frozenset[tuple[str, ...]] | None:
+    """`leading_anchors`, else the leading literals as one-word anchors."""
+    anchors = leading_anchors(pattern)
+    if anchors is None:
+        leading = leading_literals(pattern)
+        anchors = None if leading is None else frozenset((literal,) for literal in leading)
+    return anchors
+
+
+class _Places:
+    """Where literals start in one folded text, and where anchors begin; an anchor's
+    beginning shared by several patterns is found once."""
+
+    def __init__(self, folded: str, starts: list[np.ndarray], lengths: np.ndarray) -> None:
+        self.folded = folded
+        self.starts = starts
+        self.lengths = lengths
+        self._codes: np.ndarray | None = None
+        self._words: np.ndarray | None = None  # where no whitespace is
+        self._spaces: np.ndarray | None = None
+        # (word start only, anchor beginning) -> (where it begins, where its last word ends)
+        self._found: dict[tuple[bool, tuple[int, ...]], tuple[np.ndarray, np.ndarray]] = {}
+        self._next: dict[tuple[bool, tuple[int, ...]], tuple[np.ndarray, np.ndarray]] = {}
+
+    @property
+    def codes(self) -> np.ndarray:
+        """The folded text's code points."""
+        if self._codes is None:
+            self._codes = code_points(self.folded)
+        return self._codes
+
+    def next_word(self, positions: np.ndarray) -> np.ndarray:
+        """For each position (or the end), where the whitespace from there ends."""
+        if self._words is None:
+            self._words = np.flatnonzero(~is_space(self.codes))
+        return following(self._words, positions, len(self.codes))
+
+    def next_space(self, positions: np.ndarray) -> np.ndarray:
+        """For each position (or the end), where the next whitespace is."""
+        if self._spaces is None:
+            self._spaces = np.flatnonzero(is_space(self.codes))
+        return following(self._spaces, positions, len(self.codes))
+
+    def anchored(self, anchors: dict[int, list[tuple[int, ...]]], word_start: bool) -> np.ndarray:
+        """The sorted places where one of the anchors (literal numbers, by first word)
+        begins; with `word_start`, only places not right after an ASCII word character.
+        Where a first word is in few places, they are all taken (a failed regex attempt
+        costs less than following the next words)."""
+        found = []
+        for first, beginning_here in anchors.items():
+            if not len(self.starts[first]):
+                continue
+            places = self._begins(word_start, (first,))[0]
+            if len(places) <= _FEW_PLACES:
+                found.append(places)
+            else:
+                found += [self._begins(word_start, anchor)[0] for anchor in beginning_here]
+        found = [places for places in found if len(places)]
+        return _merged(found) if found else _NO_STARTS
+
+    def _next_starts(
+        self, word_start: bool, anchor: tuple[int, ...]
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(where `anchor` begins, where the next word after it begins)."""
+        key = (word_start, anchor)
+        if key not in self._next:
+            places, ends = self._begins(word_start, anchor)
+            self._next[key] = places, self.next_word(ends)
+        return self._next[key]
+
+    def _begins(self, word_start: bool, anchor: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+        """(where `anchor` begins, where its last word ends), both sorted."""
+        key = (word_start, anchor)
+        if key in self._found:
+            return self._found[key]
+        last = anchor[-1]
+        if len(anchor) == 1:
+            places = self.starts[last]
+            if word_start:
+                places = _after_no_word_character(places, self.codes)
+            ends = places + self.lengths[last]
+        elif last != _ANY_WORD_ID and not len(self.starts[last]):
+            places = ends = _NO_STARTS  # its last word is nowhere in the text
+        else:
+            places, next_starts = self._next_starts(word_start, anchor[:-1])
+            if last == _ANY_WORD_ID:  # a word, then whitespace
+                ends = self.next_space(next_starts)
+                keep = ends > next_starts
+            else:
+                starts = self.starts[last]
+                index = np.minimum(np.searchsorted(starts, next_starts), len(starts) - 1)
+                keep = starts[index] == next_starts
+                ends = next_starts + self.lengths[last]
+            places, ends = places[keep], ends[keep]
+        self._found[key] = places, ends
+        return places, ends
+
+
+def code_points(text: str) -> np.ndarray:
+    """The code points of `text` (an array that shares its buffer)."""
+    return np.frombuffer(text.encode("utf-32-le", "surrogatepass"), "<u4")
+
+
+def is_space(codes: np.ndarray) -> np.ndarray:
+    """Which code points `\\s` matches."""
+    return _IS_SPACE[np.minimum(codes, len(_IS_SPACE) - 1)]
+
+
+def following(marks: np.ndarray, positions: np.ndarray, size: int) -> np.ndarray:
+    """For each position, the first of the sorted `marks` at or after it (`size` when
+    none is)."""
+    index = np.searchsorted(marks, positions)
+    if not len(marks):
+        return np.full(len(positions), size, dtype=np.int64)
+    found: np.ndarray = np.where(index < len(marks), marks[np.minimum(index, len(marks) - 1)], size)
+    return found
+
+
 def _merged(starts: list[np.ndarray]) -> np.ndarray:
     """The sorted distinct positions of several sorted arrays."""
     if len(starts) == 1:
         return starts[0]
-    merged = np.sort(np.concatenate(starts))
+    merged = np.sort(np.concatenate(starts), kind="stable")  # merges the sorted runs
     return merged[np.concatenate(([True], merged[1:] != merged[:-1]))] if merged.size else merged
 
 

@@ -15,9 +15,10 @@ A turn's violation weight is `min(1, sum of its matches' weights)`, a session's
 `keyword = 1 - sum(turn weights) / turns`, or 0 when any match is critical.
 
 `SafetyPatterns.find` is linear in the text: each pattern is one regex pass (run only
-where one of its literal beginnings occurs: `worker.suites.literal_prefilter`), the clause
-breaks for the negation check are found once per text, and overlapping matches are
-resolved with sorted interval lists (bisect), never match against match.
+where one of its literal beginnings occurs, read up to three words deep, so "you"
+repeated costs no attempt per copy: `worker.suites.literal_prefilter`), the clause breaks
+for the negation check are found once per text, and overlapping matches are resolved
+with sorted interval lists (bisect), never match against match.
 
 Pure: the patterns files are read by `safety_files`.
 """
