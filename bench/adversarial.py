@@ -9,9 +9,11 @@ the default MiniLM embedder (verbosity count and lexicon; formality and tone com
 the sentence vector), the trait cues (the fallback with other embedders), keyword safety,
 the offline safety classifier and the judge-answer parser.
 
-Each input runs in a forked child, `--runs` times (median kept), each run under a
-wall-clock limit (`--limit`, seconds): a run still going is killed and printed as
-"> limit", and the larger sizes of that pattern are skipped. The table prints
+Each input runs in a forked child, `--runs` times (median kept); a suite's children are
+forked before the next suite's inputs are built, as the worker's scoring children start
+from a fresh interpreter with their scorers. Each run is under a wall-clock limit
+(`--limit`, seconds): a run still going is killed and printed as "> limit", and the
+larger sizes of that pattern are skipped. The table prints
 milliseconds per record and the growth factor per doubling, `(t8x / t1x) ** (1/3)`
 (times under 0.5 ms count as 0.5 ms so that timer noise does not read as growth). The
 summary prints the worst record at the limit and the worst growth per suite against the
@@ -30,7 +32,7 @@ import statistics
 import sys
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
@@ -537,14 +539,12 @@ def main() -> int:
     )
     args = parser.parse_args()
 
-    cases = [*extraction_cases(), *safe_cases(), *alignment_cases()]
-    cases = [c for c in cases if args.only.lower() in f"{c.suite} {c.name}".lower()]
     clock = "CPU ms" if args.cpu else "ms"
     print(f"limit {args.limit:g} s per input, median of {args.runs} runs, {clock} per record")
     header = f"{'suite':<10} {'pattern':<58} " + " ".join(f"{str(f) + 'x':>9}" for f in FACTORS)
     print(header + f" {'growth':>7}")
     rows: list[tuple[Case, list[float | str], float | None]] = []
-    for case in cases:
+    for case in suite_by_suite(args.only):
         times: list[float | str] = []
         for factor in case.factors:
             result = measure(case, factor, args.runs, args.limit, args.cpu)
@@ -584,6 +584,18 @@ def main() -> int:
             f"{'met' if ok else 'NOT met'}"
         )
     return 0
+
+
+def suite_by_suite(only: str) -> Iterator[Case]:
+    """The cases whose suite and name hold `only`, one suite's built only once the one
+    before is measured: the worker's scoring children start from a fresh interpreter that
+    holds their suite's scorers alone, so a child forked here for extraction or SAFE must
+    not inherit alignment's heap (its trained classifier and cases: filling the free
+    slots of inherited memory costs copy-on-write faults the worker never pays)."""
+    for build in (extraction_cases, safe_cases, alignment_cases):
+        for case in build():
+            if only.lower() in f"{case.suite} {case.name}".lower():
+                yield case
 
 
 def worst_key(times: list[float | str]) -> tuple[int, float]:
