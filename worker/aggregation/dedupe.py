@@ -13,25 +13,25 @@ from bisect import insort
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from schemas.outputs import CaseResult
+from worker.input.result_facts import ResultView
 from worker.suites.base import State
 
 
-def sample_id(result: CaseResult) -> str:
+def sample_id(result: ResultView) -> str:
     """Identity of a result inside its suite: kind and id (a turn and a session differ)."""
     return f"{result.kind}:{result.id}"
 
 
-def _checked_by_id(result: CaseResult) -> bool:
+def _checked_by_id(result: ResultView) -> bool:
     return result.source is None or result.kind == "session"
 
 
-def _partition_key(result: CaseResult) -> str:
+def _partition_key(result: ResultView) -> str:
     assert result.source is not None
     return f"{result.source.topic}:{result.source.partition}"
 
 
-def is_replay(state: State, result: CaseResult) -> bool:
+def is_replay(state: State, result: ResultView) -> bool:
     """Whether `result` was already counted in `state`."""
     ident = sample_id(result)
     if _checked_by_id(result):
@@ -44,7 +44,7 @@ def is_replay(state: State, result: CaseResult) -> bool:
     return offset < last_offset or (offset == last_offset and ident in ids_at_last)
 
 
-def remember(state: State, result: CaseResult) -> None:
+def remember(state: State, result: ResultView) -> None:
     """Record in `state` that `result` is counted (in place)."""
     ident = sample_id(result)
     if _checked_by_id(result):
@@ -80,7 +80,7 @@ def merge_seen_ids(left: Iterable[str], right: Iterable[str]) -> list[str]:
 # counted per input partition (`{"topic:partition": offset}`) tells a re-read fold.
 
 
-def offset_source(result: CaseResult) -> str | None:
+def offset_source(result: ResultView) -> str | None:
     """The input partition whose offsets order `result`; None when it has none (session
     results and results without a source are deduplicated by id)."""
     return None if _checked_by_id(result) else _partition_key(result)

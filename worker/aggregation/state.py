@@ -28,8 +28,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from schemas.outputs import CaseResult
 from worker.aggregation import dedupe, samples, worst
+from worker.input.result_facts import ResultView
 from worker.stats import DEFAULT_RESERVOIR_SIZE, Moments, sample_key
 from worker.suites.base import Scored, State, SuiteAggregator
 from worker.windowing.windows import WindowKey
@@ -159,7 +159,7 @@ def window_of(state: State) -> WindowKey:
     return WindowKey.from_json(state["window"])
 
 
-def scored_from(result: CaseResult) -> Scored:
+def scored_from(result: ResultView) -> Scored:
     """Rebuild the suite's `Scored` from a published result."""
     return Scored(
         scores=dict(result.scores),
@@ -172,7 +172,7 @@ def scored_from(result: CaseResult) -> Scored:
 
 def update(
     state: State,
-    result: CaseResult,
+    result: ResultView,
     aggregator: SuiteAggregator | None,
     scored: Scored | None = None,
 ) -> tuple[State, bool]:

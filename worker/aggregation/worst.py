@@ -14,7 +14,8 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from schemas.outputs import CaseResult, WorstCase
+from schemas.outputs import WorstCase
+from worker.input.result_facts import ResultView
 from worker.suites import registry
 from worker.suites.base import State
 
@@ -33,7 +34,7 @@ def _order(metric: str) -> Any:
     return order
 
 
-def add(entries: Entries, metric: str, result: CaseResult, value: float, worst_k: int) -> None:
+def add(entries: Entries, metric: str, result: ResultView, value: float, worst_k: int) -> None:
     """Keep `result` among the `worst_k` worst entries of `metric` if it is one of them."""
     if len(entries) >= worst_k:  # the common case, without building an entry: not worse
         sign = -1.0 if registry.higher_is_worse(metric) else 1.0

@@ -28,9 +28,10 @@ from prometheus_client import (
     generate_latest,
 )
 
-from schemas.outputs import Aggregate, CaseResult, GateEvent, Label
+from schemas.outputs import Aggregate, GateEvent, Label
 from worker.config import GateConfig, Settings
 from worker.input.rejections import REASONS
+from worker.input.result_facts import ResultView
 from worker.input.unknown_fields import DETAIL_KEY as UNKNOWN_FIELDS_DETAIL
 from worker.ops.health import DEFAULT_METRICS_HOST, MetricsServer, endpoints_app
 from worker.suites import registry
@@ -300,7 +301,7 @@ class Telemetry:
 
     def record_result(
         self,
-        result: CaseResult,
+        result: ResultView,
         scoring_seconds: float | None = None,
         e2e_seconds: float | None = None,
     ) -> None:
@@ -309,7 +310,7 @@ class Telemetry:
         self.record_results([(result, scoring_seconds, e2e_seconds)])
 
     def record_results(
-        self, observed: Iterable[tuple[CaseResult, float | None, float | None]]
+        self, observed: Iterable[tuple[ResultView, float | None, float | None]]
     ) -> None:
         """`record_result` for each (result, scoring seconds, end-to-end seconds), with
         each series updated once: a micro-batch of extraction results made 17 histogram

@@ -22,6 +22,7 @@ from schemas.outputs import Aggregate, CaseResult, GateEvent
 from worker import aggregation
 from worker.config import Settings
 from worker.input import records as input_records
+from worker.input.result_facts import ResultView
 from worker.ops.telemetry import Telemetry
 from worker.otlp.sink import EvaluationSink
 from worker.stream.faust_patches.internals import kafka_producer
@@ -88,11 +89,11 @@ class Contributions:
         self.results: list[tuple[bytes, bytes]] = []  # (key, value) of each result
         self._by_key: dict[str, _KeyContributions] = {}
         # Results added and not folded yet: (result, value, segments, scored)
-        self._pending: list[tuple[CaseResult, bytes, Sequence[Any], Scored | None]] = []
+        self._pending: list[tuple[ResultView, bytes, Sequence[Any], Scored | None]] = []
 
     def add(
         self,
-        result: CaseResult,
+        result: ResultView,
         value: bytes,
         segments: Sequence[tuple[str, Mapping[str, str], bytes]],
         scored: Scored | None = None,
@@ -109,7 +110,7 @@ class Contributions:
 
     def _collect(
         self,
-        result: CaseResult,
+        result: ResultView,
         value: bytes,
         segments: Sequence[tuple[str, Mapping[str, str], bytes]],
         scored: Scored | None,
@@ -232,16 +233,18 @@ class Publisher:
 
     async def result(
         self,
-        result: CaseResult,
+        result: ResultView,
         aggregate: bool = True,
         batch: Contributions | None = None,
         value: bytes | None = None,
     ) -> None:
         """Publish a result and, when windows count it, its per-segment contributions:
         sent now, or collected in `batch` to go out with the batch's (`contribute`).
-        `value`: the result serialized already (by a scoring child). Every record is
-        checked first: `OutputTooLarge` means none of them was sent or collected."""
+        `value`: the result serialized already (by a scoring child; then `result` may be
+        its `ResultFacts`), else `result` is a `CaseResult`. Every record is checked
+        first: `OutputTooLarge` means none of them was sent or collected."""
         if value is None:
+            assert isinstance(result, CaseResult), "a result without its bytes"
             value = result.model_dump_json().encode("utf-8")
         key = input_records.result_key(result.suite, result.id).encode("utf-8")
         self.check_size(self.topics.results, key, value)
@@ -252,7 +255,10 @@ class Publisher:
                 topic = self.topics.aggregate_input.get_topic_name()
                 raise OutputTooLarge(topic, size, self.settings.limits.max_output_bytes)
         if self.evaluations is not None:
-            self.evaluations.offer(result)
+            whole = (
+                result if isinstance(result, CaseResult) else input_records.result_from_json(value)
+            )
+            self.evaluations.offer(whole)
         if batch is not None:
             batch.results.append((key, value))
             batch.add(result, value, segments)
@@ -261,7 +267,7 @@ class Publisher:
         for segment_key, _, encoded in segments:
             await self._send_cases(segment_key, encoded, [value])
 
-    def _segments(self, result: CaseResult) -> Segments:
+    def _segments(self, result: ResultView) -> Segments:
         """(key, segment, segment as JSON) of each segment a result counts in."""
         segments = aggregation.segments_for(result.model, result.labels, self.settings.segment_by)
         cache_key = (result.suite, *segments[-1].values())

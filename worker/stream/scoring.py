@@ -19,8 +19,8 @@ from typing import Any, TypeVar
 import orjson
 from faust.types import TP, AppT, EventT
 
-from schemas.outputs import CaseResult
 from worker.input import records as input_records
+from worker.input.result_facts import ResultView, result_facts
 from worker.input.scored_records import NOT_A_CASE, RecordTask, ScoredRecord
 from worker.scoring_pool import CHUNK_RECORDS, Outcome
 from worker.stream.context import (
@@ -74,7 +74,7 @@ class ScoreStage:
         self.sent: dict[int, tuple[float, float]] = {}  # partition -> (progress, sent at)
         self.input_partitions: int | None = None  # of the input topic, once known
         # A micro-batch's results and scoring times, for the telemetry once it is sent.
-        self._observed: list[tuple[CaseResult, float]] = []
+        self._observed: list[tuple[ResultView, float]] = []
 
     # ---------------------------------------------------------------- records
 
@@ -339,7 +339,7 @@ class ScoreStage:
                 log.error("scoring failed: %s", outcome.message)
             await self._dead_letter(event, reason, outcome.message, source)
             return None
-        result = input_records.result_from_json(scored.value)
+        result = result_facts(scored.value)  # not validated again: the child built it
         try:
             await self.publisher.result(result, batch=batch, value=scored.value)
         except OutputTooLarge as exc:
@@ -551,12 +551,12 @@ def _guard_key(source: input_records.SourcePosition) -> str:
     return f"{source.topic}|{source.partition}"
 
 
-def observe(context: StreamContext, result: CaseResult, scoring_seconds: float) -> None:
+def observe(context: StreamContext, result: ResultView, scoring_seconds: float) -> None:
     """Record a published result in the telemetry (count, scores, latency)."""
     observe_all(context, [(result, scoring_seconds)])
 
 
-def observe_all(context: StreamContext, scored: list[tuple[CaseResult, float]]) -> None:
+def observe_all(context: StreamContext, scored: list[tuple[ResultView, float]]) -> None:
     """Record published results, each with its scoring time, in the telemetry at once."""
     context.telemetry.record_results(
         (result, seconds, max(0.0, (result.scored_at - result.ts).total_seconds()))

@@ -21,8 +21,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from schemas.outputs import CaseResult
 from worker import aggregation
+from worker.input.result_facts import ResultView
 from worker.suites.base import Scored, State, SuiteAggregator
 from worker.windowing.windows import WindowKey, pane_start_of
 
@@ -47,7 +47,7 @@ class PaneFold:
         self.span: dict[str, int] = {}
         self.count = 0
 
-    def add(self, result: CaseResult, scored: Scored | None = None) -> None:
+    def add(self, result: ResultView, scored: Scored | None = None) -> None:
         """Fold a case result read from an input partition (it must have a `source`)."""
         if result.source is None or result.suite != self.suite:
             raise ValueError("a fold takes case results of its suite with their source")
