@@ -184,20 +184,20 @@ POISON_HOOK = """
 import os
 from dataclasses import replace
 
-from worker.input import records as input_records
+from worker.input import result_facts as facts_module
 from worker.suites import registry
 
-_result_from_json = input_records.result_from_json
+_result_facts = facts_module.result_facts
 
 
-def result_from_json(value):  # the worker reads each scoring child's result with this
-    result = _result_from_json(value)
+def result_facts(value):  # the worker reads each scoring child's result with this
+    result = _result_facts(value)
     if result.id == "poison":
         os._exit(70)  # the worker dies in the middle of the record
     return result
 
 
-input_records.result_from_json = result_from_json
+facts_module.result_facts = result_facts
 
 _safe = registry.get("safe")
 
