@@ -26,10 +26,13 @@ SAFE_CASE = b'{"id": "c1", "suite": "safe", "model": "m1", "payload": {"output":
 class Harness:
     """A `ScorestreamApp` whose sends are recorded instead of produced."""
 
-    def __init__(self, **config: Any) -> None:
+    def __init__(self, loaded_with: dict[str, Any] | None = None, **config: Any) -> None:
+        """`config`: the app's settings; `loaded_with`: other settings to load the scorers
+        with (as the demo and the benches hand one loaded set to several apps)."""
         # No broker: the poison-pill guard's durable in-flight marks need one.
         settings = settings_of(make_config(**{"limits": {"poison_pill_attempts": 0}, **config}))
-        suites = ScoringSuites.load(settings, HashingEmbedder())
+        loaded = settings if loaded_with is None else settings_of(make_config(**loaded_with))
+        suites = ScoringSuites.load(loaded, HashingEmbedder())
         self.scorer = ScorestreamApp(settings, "kafka://127.0.0.1:1", suites=suites)
         self.sent: list[tuple[str, str, Any]] = []
         self.scorer.publisher.send = self._record  # type: ignore[method-assign]

@@ -147,11 +147,17 @@ def session_history() -> list[bytes]:
     ]
 
 
-async def replay(behind: float, **alignment: Any) -> tuple[Harness, list[dict[str, Any]]]:
+async def replay(
+    behind: float, loaded_with: dict[str, Any] | None = None, **alignment: Any
+) -> tuple[Harness, list[dict[str, Any]]]:
     """Replay the history through the score stage at time T and through the session
-    stage at T + `behind`: the results the session stage published."""
+    stage at T + `behind`: the results the session stage published. `alignment`: the
+    app's `alignment.embedding`; `loaded_with`: the one its scorers were loaded with."""
     personas = str(EXAMPLES / "personas")
-    harness = Harness(alignment={"personas_dir": personas, "embedding": alignment})
+    loaded = None
+    if loaded_with is not None:
+        loaded = {"alignment": {"personas_dir": personas, "embedding": loaded_with}}
+    harness = Harness(loaded, alignment={"personas_dir": personas, "embedding": alignment})
     clock = Clock(1_800_000_000.0)
     harness.scorer.session_stage.context.clock = clock
     try:
@@ -202,6 +208,18 @@ async def test_max_lag_null_embeds_every_turn_however_late() -> None:
     harness, results = await replay(3600.0, max_lag=None)
     assert skipped(harness) == 0
     assert all("embedding" not in value["details"] for value in results)
+    assert all(value["scores"]["authenticity"] is not None for value in results)
+
+
+async def test_the_apps_max_lag_holds_when_its_scorers_were_loaded_with_another() -> None:
+    """The demo and the benches load the scorers once and hand them to apps with other
+    settings. The stage follows its app's `max_lag`, not the loaded one (it followed the
+    loaded one for a while: the overload bench's `max_lag: 2s` then ran as null, and its
+    gate at 2x the encoder's capacity waited a minute behind the embedder)."""
+    sampling, _ = await replay(3600.0, loaded_with={"max_lag": None}, max_lag="1s")
+    assert skipped(sampling) == 3
+    embedding_all, results = await replay(3600.0, loaded_with={"max_lag": "1s"}, max_lag=None)
+    assert skipped(embedding_all) == 0
     assert all(value["scores"]["authenticity"] is not None for value in results)
 
 

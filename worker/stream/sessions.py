@@ -74,6 +74,7 @@ class SessionStage:
         self.publisher = context.publisher
         self.suite = spec.name
         self.hooks: SessionSuite = context.suites.sessions
+        self.timing = self.hooks.timing(spec.section(self.settings))
         self.sessions = sessions
         self.progress = ProgressTable(progress, PROGRESS_PREFIX, {INPUT_GROUP: 0})
         self._forward: dict[int, Marker] = {}  # partition -> watermark to pass on
@@ -109,7 +110,7 @@ class SessionStage:
         texts_of = self._texts_of
         chunks = _chunks_by_texts(items, EMBEDDING_CHUNK, texts_of)
         loop = asyncio.get_running_loop()
-        max_lag = self.hooks.max_lag
+        max_lag = self.timing.max_lag
 
         def encode(chunk: list[tuple[EventT, dict[str, Any]]]) -> _ChunkVectors:
             """Start encoding the turns of `chunk` that are within `max_lag` now."""
@@ -210,7 +211,7 @@ class SessionStage:
     async def expire(self, partition: int, watermark: float) -> None:
         """Close the sessions of `partition` idle for the timeout in event time, and drop
         the tombstones of closed sessions once as old."""
-        timeout = self.hooks.idle_timeout
+        timeout = self.timing.idle_timeout
         for session_id, stored in list(self.sessions.items()):
             if stored.get("partition") != partition:
                 continue

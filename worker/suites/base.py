@@ -190,6 +190,16 @@ class TurnInput:
     final: bool = False
 
 
+@dataclass(frozen=True)
+class SessionTiming:
+    """How the session stage paces a suite's sessions: a session closes after
+    `idle_timeout` seconds of event time without a turn; a turn more than `max_lag`
+    seconds behind is scored without its vector (None: every turn is embedded)."""
+
+    idle_timeout: float
+    max_lag: float | None
+
+
 class SessionSuite(Protocol):
     """The suite that keeps sessions, as the streaming session stage uses it (made once by
     its spec's `sessions`; the stage finds it with `registry.session_suite()`).
@@ -212,11 +222,11 @@ class SessionSuite(Protocol):
         """The scoring pool's name of its turn scorer."""
         ...
 
-    @property
-    def idle_timeout(self) -> float: ...
-
-    @property
-    def max_lag(self) -> float | None: ...
+    def timing(self, section: Any) -> SessionTiming:
+        """The stage's timing as `section` (the suite's settings section of the running
+        app) sets it; read from the app's settings, not from the section the suite was
+        loaded with, since one loaded suite may serve apps with different settings."""
+        ...
 
     def texts(self, payload: Mapping[str, Any]) -> list[str]:
         """The texts to embed and score of one record's payload (decoded JSON), in order."""

@@ -35,7 +35,7 @@ from worker.suites.alignment.scoring import (
 )
 from worker.suites.alignment.settings import AlignmentSettings
 from worker.suites.alignment.trait_model import TraitClassifier
-from worker.suites.base import Scored, TurnInput
+from worker.suites.base import Scored, SessionTiming, TurnInput
 
 if TYPE_CHECKING:  # scikit-learn is imported only where the classifier is used
     from worker.suites.alignment.safety_classifier import SafetyClassifier
@@ -61,8 +61,9 @@ class AlignmentSessions:
         self.embedder = embedder or embedder_from_settings(settings)
         self.personas = PersonaCatalog.from_settings(settings, self.embedder)
         self.patterns = patterns_from_settings(settings)
-        self.idle_timeout = settings.session_idle_timeout
-        self.max_lag = settings.embedding.max_lag
+
+    def timing(self, section: AlignmentSettings) -> SessionTiming:
+        return SessionTiming(section.session_idle_timeout, section.embedding.max_lag)
 
     # ------------------------------------------------------------ texts and vectors
 
