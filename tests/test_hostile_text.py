@@ -131,6 +131,60 @@ def test_bare_numbers_are_the_regex_they_replaced(text: str) -> None:
     assert traits._NUMBER.findall(text) == OLD_NUMBER.findall(text)
 
 
+_NUMBER_TEXT = st.text(alphabet="19٣²٫.,aZ_ \n-é'’", max_size=40) | st.lists(
+    st.sampled_from(["1,", "1.", "12", ",", ".", "a", " ", "x1", "1a", "_", "٣", "é"]),
+    max_size=30,
+).map("".join)
+
+
+@PROPERTY
+@given(_NUMBER_TEXT)
+def test_bare_numbers_counted_with_numpy_are_the_regex_matches(text: str) -> None:
+    assert traits.number_count(text) == len(traits._NUMBER.findall(text))
+
+
+_WORD_TEXT = st.text(alphabet="ab9Z'’ _.\né\U0001f600", max_size=40) | st.lists(
+    st.sampled_from(["a'b", "can't", "a'bc9", "9'a", "'", "’", "x", "12", " ", "é", "a''b"]),
+    max_size=30,
+).map("".join)
+
+
+@PROPERTY
+@given(_WORD_TEXT)
+def test_word_stats_counted_with_numpy_are_the_word_regex(text: str) -> None:
+    words = traits.words_of(text)
+    alphabetic = [word for word in words if word.isalpha()]
+    assert traits.word_stats(text) == traits.WordStats(
+        len(words), len(alphabetic), sum(map(len, alphabetic))
+    )
+
+
+_UNIT_NEEDS = re.compile(r"\d\s?[smgkx%]", re.IGNORECASE)
+_CONTRACTION_NEEDS = re.compile(r"n['’]t|['’](?:re|ve|ll|d|m|s)", re.IGNORECASE)
+
+
+@PROPERTY
+@given(st.text(alphabet="aZ_19٣.e- %msSſKK\u2009'’ntrvld", max_size=30))
+def test_numpy_checks_before_a_scan_rule_out_only_texts_without_a_match(text: str) -> None:
+    from worker.suites.alignment import cue_counts
+
+    if _UNIT_NEEDS.search(text):
+        assert cue_counts.may_have_unit_number(text)
+    if _CONTRACTION_NEEDS.search(text):
+        assert cue_counts.may_have_contraction(text)
+    assert cue_counts.has_snake_join(text) == bool(re.search(r"[a-z]_", text))
+    assert cue_counts.has_camel_join(text) == bool(re.search(r"[a-z][A-Z]", text))
+    assert cue_counts.has_dotted_join(text) == bool(re.search(r"[a-z]\.[a-z]", text))
+    assert cue_counts.has_exponent_join(text) == bool(re.search(r"\de", text))
+
+
+def test_degenerate_numbers_and_words_at_the_limit_count_as_the_regexes() -> None:
+    for unit in ("1,1,", "1.1.", "12,34a ", "9", "a'", "a'b9 ", "1,1a,"):
+        text = (unit * (LIMIT // len(unit) + 1))[:LIMIT]
+        assert traits.number_count(text) == len(traits._NUMBER.findall(text))
+        assert traits.word_count(text) == len(traits.words_of(text))
+
+
 def test_a_digit_string_at_the_limit_is_one_number() -> None:
     assert traits._NUMBER.findall("9" * LIMIT) == ["9" * LIMIT]
     assert traits._NUMBER.findall("9" * LIMIT + "x") == []
