@@ -8,6 +8,7 @@ import re
 from collections.abc import Iterable, Sequence
 from unittest import mock
 
+import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -276,6 +277,36 @@ def test_following_every_anchor_finds_what_finditer_finds(
     with mock.patch.object(literal_prefilter, "_FEW_PLACES", 0):
         found = _PREFILTER.finditer_all(text)
         assert [_spans(hits) for hits in found] == [_spans(r.finditer(text)) for r in _REGEXES]
+
+
+@PROPERTY
+@given(st.lists(st.tuples(_PIECES | _GLUE, st.booleans()), max_size=60))
+def test_anchors_followed_the_other_way_find_what_finditer_finds(
+    pieces: list[tuple[str, bool]],
+) -> None:
+    # A rare next word is looked up among the places after a frequent first word (not the
+    # other way round), and the next (non-)whitespace is found by a binary search at
+    # once: forced here on every text.
+    text = "".join(piece.upper() if upper else piece for piece, upper in pieces)
+    with (
+        mock.patch.object(literal_prefilter, "_FEW_PLACES", 0),
+        mock.patch.object(literal_prefilter, "_LOOKUP_RATIO", 0),
+        mock.patch.object(literal_prefilter, "_NEAR_STEPS", 0),
+    ):
+        found = _PREFILTER.finditer_all(text)
+        assert [_spans(hits) for hits in found] == [_spans(r.finditer(text)) for r in _REGEXES]
+
+
+@PROPERTY
+@given(
+    st.lists(st.integers(0, 30)).map(sorted),
+    st.lists(st.integers(0, 30), min_size=1, unique=True).map(sorted),
+    st.sampled_from([0, 8]),
+)
+def test_among_is_membership_either_way(values: list[int], marks: list[int], ratio: int) -> None:
+    with mock.patch.object(literal_prefilter, "_LOOKUP_RATIO", ratio):
+        found = literal_prefilter._among(np.array(values, dtype=np.int64), np.array(marks))
+    assert found.tolist() == [value in marks for value in values]
 
 
 def test_literal_beginnings_are_read_through_small_classes() -> None:

@@ -60,6 +60,8 @@ _MAX_CLASS = 4  # characters of a class read on through in a literal beginning
 _NO_STARTS = np.zeros(0, dtype=np.int64)
 _MAX_ANCHORS = 1024  # a pattern with more anchors of `_MAX_WORDS` words has shorter ones
 _FEW_PLACES = 32  # a first word in no more places is not followed by its next words
+_LOOKUP_RATIO = 8  # values per mark above which the marks are looked up in the values
+_NEAR_STEPS = 2  # places looked at before a binary search for the next (non-)whitespace
 _MAX_WORDS = 3  # words of an anchor (a literal, whitespace, the next literal, ...)
 _STOP = (None, None)  # in a walked item list: what follows is not read
 # which code points `\s` matches (none above U+3000)
@@ -463,6 +465,7 @@ class _Places:
         self.starts = starts
         self.lengths = lengths
         self._codes: np.ndarray | None = None
+        self._space: np.ndarray | None = None  # which positions hold whitespace
         self._words: np.ndarray | None = None  # where no whitespace is
         self._spaces: np.ndarray | None = None
         # (word start only, anchor beginning) -> (where it begins, where its last word ends)
@@ -476,17 +479,46 @@ class _Places:
             self._codes = code_points(self.folded)
         return self._codes
 
+    @property
+    def space(self) -> np.ndarray:
+        """Which positions of the folded text hold whitespace."""
+        if self._space is None:
+            self._space = is_space(self.codes)
+        return self._space
+
     def next_word(self, positions: np.ndarray) -> np.ndarray:
         """For each position (or the end), where the whitespace from there ends."""
-        if self._words is None:
-            self._words = np.flatnonzero(~is_space(self.codes))
-        return following(self._words, positions, len(self.codes))
+        return self._first_where(positions, False)
 
     def next_space(self, positions: np.ndarray) -> np.ndarray:
         """For each position (or the end), where the next whitespace is."""
-        if self._spaces is None:
-            self._spaces = np.flatnonzero(is_space(self.codes))
-        return following(self._spaces, positions, len(self.codes))
+        return self._first_where(positions, True)
+
+    def _first_where(self, positions: np.ndarray, space: bool) -> np.ndarray:
+        """For each position, the first at or after it whose whitespace is `space` (the
+        end when none is). Most are found by looking at the next two places (a word
+        after one space; a space after a short word); the rest by a binary search."""
+        size = len(self.codes)
+        found = np.minimum(positions, size)
+        pending = np.arange(len(positions))
+        for _ in range(_NEAR_STEPS):
+            at = found[pending]
+            inside = at < size
+            pending = pending[inside]
+            pending = pending[self.space[at[inside]] != space]
+            if not len(pending):
+                return found
+            found[pending] += 1
+        if space:
+            if self._spaces is None:
+                self._spaces = np.flatnonzero(self.space)
+            marks = self._spaces
+        else:
+            if self._words is None:
+                self._words = np.flatnonzero(~self.space)
+            marks = self._words
+        found[pending] = following(marks, found[pending], size)
+        return found
 
     def anchored(self, anchors: dict[int, list[tuple[int, ...]]], word_start: bool) -> np.ndarray:
         """The sorted places where one of the anchors (literal numbers, by first word)
@@ -534,9 +566,7 @@ class _Places:
                 ends = self.next_space(next_starts)
                 keep = ends > next_starts
             else:
-                starts = self.starts[last]
-                index = np.minimum(np.searchsorted(starts, next_starts), len(starts) - 1)
-                keep = starts[index] == next_starts
+                keep = _among(next_starts, self.starts[last])
                 ends = next_starts + self.lengths[last]
             places, ends = places[keep], ends[keep]
         self._found[key] = places, ends
@@ -560,6 +590,25 @@ def following(marks: np.ndarray, positions: np.ndarray, size: int) -> np.ndarray
     if not len(marks):
         return np.full(len(positions), size, dtype=np.int64)
     found: np.ndarray = np.where(index < len(marks), marks[np.minimum(index, len(marks) - 1)], size)
+    return found
+
+
+def _among(values: np.ndarray, marks: np.ndarray) -> np.ndarray:
+    """Whether each of the sorted `values` is one of the sorted, non-empty `marks`. The
+    fewer are looked up in the more: a first word at every other place of a degenerate
+    reply followed by a rare next word costs a search per place of the rare word, not
+    one per place of the first (about 30 such anchors begin with "this")."""
+    if len(marks) * _LOOKUP_RATIO >= len(values):
+        index = np.minimum(np.searchsorted(marks, values), len(marks) - 1)
+        found: np.ndarray = marks[index] == values
+        return found
+    first = np.searchsorted(values, marks, "left")
+    counts = np.searchsorted(values, marks, "right") - first  # values may repeat
+    found = np.zeros(len(values), dtype=bool)
+    total = int(counts.sum())
+    if total:
+        offsets = np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts)
+        found[np.repeat(first, counts) + offsets] = True
     return found
 
 
