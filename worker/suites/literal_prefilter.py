@@ -574,13 +574,24 @@ class _Places:
 
 
 def code_points(text: str) -> np.ndarray:
-    """The code points of `text` (an array that shares its buffer)."""
+    """The code points of `text`: one byte each when it is ASCII (numpy passes over a
+    quarter of the memory), else four. Look tables up with `lookup`."""
+    if text.isascii():
+        return np.frombuffer(text.encode("ascii"), np.uint8)
     return np.frombuffer(text.encode("utf-32-le", "surrogatepass"), "<u4")
+
+
+def lookup(table: np.ndarray, codes: np.ndarray) -> np.ndarray:
+    """`table[code]` for each code point; the table's last entry for any beyond it."""
+    if codes.dtype == np.uint8 and len(table) > 256:
+        table = table[:256]  # every byte is an index of it
+    found: np.ndarray = table[np.minimum(codes, len(table) - 1)]
+    return found
 
 
 def is_space(codes: np.ndarray) -> np.ndarray:
     """Which code points `\\s` matches."""
-    return _IS_SPACE[np.minimum(codes, len(_IS_SPACE) - 1)]
+    return lookup(_IS_SPACE, codes)
 
 
 def following(marks: np.ndarray, positions: np.ndarray, size: int) -> np.ndarray:

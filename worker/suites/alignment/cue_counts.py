@@ -19,14 +19,6 @@ from worker.suites.literal_prefilter import code_points
 _ASCII = 128
 
 
-def _codes(text: str) -> np.ndarray:
-    """The code points of `text`: one byte each when it is ASCII (numpy passes over a
-    quarter of the memory), else four."""
-    if text.isascii():
-        return np.frombuffer(text.encode("ascii"), dtype=np.uint8)
-    return code_points(text)
-
-
 def _ascii_table(test: str) -> np.ndarray:
     return np.array([chr(code) in test for code in range(_ASCII)] + [False])
 
@@ -97,7 +89,7 @@ def word_stats_counts(text: str) -> tuple[int, int, int]:
     after such an apostrophe only letters belong to the word, so a digit there begins
     the next word ("a'bc9" is "a'bc" and "9"). A word is of letters only when it holds
     no digit and no apostrophe."""
-    codes = _codes(text)
+    codes = code_points(text)
     size = len(codes)
     if not size:
         return 0, 0, 0
@@ -161,7 +153,7 @@ def bare_number_count(text: str) -> int:
     number that took ", digits" took the next place a number could begin, so that place
     is not tried: along a chain "1,2,3,..." of such places, every other one is tried
     until one is not taken in."""
-    codes = _codes(text)
+    codes = code_points(text)
     size = len(codes)
     decimal = _decimal(codes)
     if not decimal.any():
@@ -204,7 +196,7 @@ def bare_number_count(text: str) -> int:
 def may_have_unit_number(text: str) -> bool:
     """False only when `\\d\\s?[smgkx%]` (case-insensitive) matches nowhere: no decimal
     digit has one of those characters (or any non-ASCII one) one or two places after it."""
-    codes = _codes(text)
+    codes = code_points(text)
     if len(codes) < 2:
         return False
     decimal = _decimal(codes)
@@ -219,7 +211,7 @@ def may_have_contraction(text: str) -> bool:
     """False only when `n['’]t|['’](?:re|ve|ll|d|m|s)` (case-insensitive) matches
     nowhere: no apostrophe has one of "tTrRvVlLdDmMsS" (or a non-ASCII character) after
     it."""
-    codes = _codes(text)
+    codes = code_points(text)
     apostrophe = (codes[:-1] == _APOSTROPHES[0]) | (codes[:-1] == _APOSTROPHES[1])
     if not apostrophe.any():
         return False
@@ -235,19 +227,19 @@ def _pairs(codes: np.ndarray, first: np.ndarray, second: np.ndarray) -> bool:
 
 def has_snake_join(text: str) -> bool:
     """Whether `[a-z]_` matches somewhere."""
-    codes = _codes(text)
+    codes = code_points(text)
     return _pairs(codes, _lower(codes), codes == ord("_"))
 
 
 def has_camel_join(text: str) -> bool:
     """Whether `[a-z][A-Z]` matches somewhere."""
-    codes = _codes(text)
+    codes = code_points(text)
     return _pairs(codes, _lower(codes), _upper(codes))
 
 
 def has_dotted_join(text: str) -> bool:
     """Whether `[a-z]\\.[a-z]` matches somewhere."""
-    codes = _codes(text)
+    codes = code_points(text)
     if len(codes) < 3:
         return False
     lower = _lower(codes)
@@ -256,5 +248,5 @@ def has_dotted_join(text: str) -> bool:
 
 def has_exponent_join(text: str) -> bool:
     """Whether `\\de` matches somewhere."""
-    codes = _codes(text)
+    codes = code_points(text)
     return _pairs(codes, _decimal(codes), codes == ord("e"))

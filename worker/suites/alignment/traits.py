@@ -179,24 +179,31 @@ def _code_regex(parts: tuple[int, ...]) -> re.Pattern[str]:
     return re.compile("|".join(_CODE_PARTS[index][0] for index in parts))
 
 
+def match_count(regex: re.Pattern[str], text: str) -> int:
+    """`len(regex.findall(text))` for a regex that never matches the empty string,
+    without a string per match (`subn` counts them: 6.5 ms against 10.6 ms for the 87,000
+    calls of "f()" repeated to 256 KiB)."""
+    return regex.subn("", text)[1]
+
+
 def code_count(text: str) -> int:
     """`len(_CODE.findall(text))`, scanning only with the alternatives that can match."""
     parts = tuple(
         index for index, (char, needs) in enumerate(_CODE_NEEDS) if char in text and needs(text)
     )
-    return len(_code_regex(parts).findall(text)) if parts else 0
+    return match_count(_code_regex(parts), text) if parts else 0
 
 
 def unit_number_count(text: str) -> int:
     """`len(_UNIT_NUMBER.findall(text))` (no scan without a digit before a unit letter)."""
-    return len(_UNIT_NUMBER.findall(text)) if cue_counts.may_have_unit_number(text) else 0
+    return match_count(_UNIT_NUMBER, text) if cue_counts.may_have_unit_number(text) else 0
 
 
 def contraction_count(text: str) -> int:
     """`len(_CONTRACTION.findall(text))` (no scan without an apostrophe ending)."""
     if ("'" not in text and "’" not in text) or not cue_counts.may_have_contraction(text):
         return 0
-    return len(_CONTRACTION.findall(text))
+    return match_count(_CONTRACTION, text)
 
 
 def emoji_count(text: str) -> int:
