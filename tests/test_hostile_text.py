@@ -306,7 +306,7 @@ def test_anchors_followed_the_other_way_find_what_finditer_finds(
 def test_among_is_membership_either_way(values: list[int], marks: list[int], ratio: int) -> None:
     with mock.patch.object(literal_prefilter, "_LOOKUP_RATIO", ratio):
         found = literal_prefilter._among(np.array(values, dtype=np.int64), np.array(marks))
-    assert found.tolist() == [value in marks for value in values]
+    assert found.tolist() == [index for index, value in enumerate(values) if value in marks]
 
 
 def test_literal_beginnings_are_read_through_small_classes() -> None:
@@ -378,7 +378,7 @@ def test_a_harmful_phrase_after_a_common_word_repeated_is_found() -> None:
     examples = "You should die. I will kill you. They say you can't lose. You dummy"
     expected = [(m.pattern, m.start) for m in _SHIPPED_SAFETY.find(examples)]
     assert len(expected) == 4
-    for unit in ("you ", "you should ", "i ", "the ", "This ", "you\xa0"):
+    for unit in ("you ", "you should ", "i ", "the ", "This ", "they ", "this is ", "you\xa0"):
         filler = (unit * (LIMIT // len(unit)))[: LIMIT - 100] + " "
         found = [
             (m.pattern, m.start - len(filler)) for m in _SHIPPED_SAFETY.find(filler + examples)

@@ -106,7 +106,7 @@ _TURN_WORDS = ("but", "instead", "however")
 
 def _table(chars: str) -> np.ndarray:
     """Which code points are among `chars` (a lookup table; any beyond it: none)."""
-    table = np.zeros(max(map(ord, chars)) + 2, dtype=bool)
+    table = np.zeros(max(max(map(ord, chars)) + 2, 257), dtype=bool)  # every byte in it
     table[[ord(char) for char in chars]] = True
     return table
 
