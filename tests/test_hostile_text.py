@@ -8,6 +8,7 @@ import re
 from collections.abc import Iterable, Sequence
 from unittest import mock
 
+import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -131,6 +132,60 @@ def test_bare_numbers_are_the_regex_they_replaced(text: str) -> None:
     assert traits._NUMBER.findall(text) == OLD_NUMBER.findall(text)
 
 
+_NUMBER_TEXT = st.text(alphabet="19٣²٫.,aZ_ \n-é'’", max_size=40) | st.lists(
+    st.sampled_from(["1,", "1.", "12", ",", ".", "a", " ", "x1", "1a", "_", "٣", "é"]),
+    max_size=30,
+).map("".join)
+
+
+@PROPERTY
+@given(_NUMBER_TEXT)
+def test_bare_numbers_counted_with_numpy_are_the_regex_matches(text: str) -> None:
+    assert traits.number_count(text) == len(traits._NUMBER.findall(text))
+
+
+_WORD_TEXT = st.text(alphabet="ab9Z'’ _.\né\U0001f600", max_size=40) | st.lists(
+    st.sampled_from(["a'b", "can't", "a'bc9", "9'a", "'", "’", "x", "12", " ", "é", "a''b"]),
+    max_size=30,
+).map("".join)
+
+
+@PROPERTY
+@given(_WORD_TEXT)
+def test_word_stats_counted_with_numpy_are_the_word_regex(text: str) -> None:
+    words = traits.words_of(text)
+    alphabetic = [word for word in words if word.isalpha()]
+    assert traits.word_stats(text) == traits.WordStats(
+        len(words), len(alphabetic), sum(map(len, alphabetic))
+    )
+
+
+_UNIT_NEEDS = re.compile(r"\d\s?[smgkx%]", re.IGNORECASE)
+_CONTRACTION_NEEDS = re.compile(r"n['’]t|['’](?:re|ve|ll|d|m|s)", re.IGNORECASE)
+
+
+@PROPERTY
+@given(st.text(alphabet="aZ_19٣.e- %msSſKK\u2009'’ntrvld", max_size=30))
+def test_numpy_checks_before_a_scan_rule_out_only_texts_without_a_match(text: str) -> None:
+    from worker.suites.alignment import cue_counts
+
+    if _UNIT_NEEDS.search(text):
+        assert cue_counts.may_have_unit_number(text)
+    if _CONTRACTION_NEEDS.search(text):
+        assert cue_counts.may_have_contraction(text)
+    assert cue_counts.has_snake_join(text) == bool(re.search(r"[a-z]_", text))
+    assert cue_counts.has_camel_join(text) == bool(re.search(r"[a-z][A-Z]", text))
+    assert cue_counts.has_dotted_join(text) == bool(re.search(r"[a-z]\.[a-z]", text))
+    assert cue_counts.has_exponent_join(text) == bool(re.search(r"\de", text))
+
+
+def test_degenerate_numbers_and_words_at_the_limit_count_as_the_regexes() -> None:
+    for unit in ("1,1,", "1.1.", "12,34a ", "9", "a'", "a'b9 ", "1,1a,"):
+        text = (unit * (LIMIT // len(unit) + 1))[:LIMIT]
+        assert traits.number_count(text) == len(traits._NUMBER.findall(text))
+        assert traits.word_count(text) == len(traits.words_of(text))
+
+
 def test_a_digit_string_at_the_limit_is_one_number() -> None:
     assert traits._NUMBER.findall("9" * LIMIT) == ["9" * LIMIT]
     assert traits._NUMBER.findall("9" * LIMIT + "x") == []
@@ -224,6 +279,36 @@ def test_following_every_anchor_finds_what_finditer_finds(
         assert [_spans(hits) for hits in found] == [_spans(r.finditer(text)) for r in _REGEXES]
 
 
+@PROPERTY
+@given(st.lists(st.tuples(_PIECES | _GLUE, st.booleans()), max_size=60))
+def test_anchors_followed_the_other_way_find_what_finditer_finds(
+    pieces: list[tuple[str, bool]],
+) -> None:
+    # A rare next word is looked up among the places after a frequent first word (not the
+    # other way round), and the next (non-)whitespace is found by a binary search at
+    # once: forced here on every text.
+    text = "".join(piece.upper() if upper else piece for piece, upper in pieces)
+    with (
+        mock.patch.object(literal_prefilter, "_FEW_PLACES", 0),
+        mock.patch.object(literal_prefilter, "_LOOKUP_RATIO", 0),
+        mock.patch.object(literal_prefilter, "_NEAR_STEPS", 0),
+    ):
+        found = _PREFILTER.finditer_all(text)
+        assert [_spans(hits) for hits in found] == [_spans(r.finditer(text)) for r in _REGEXES]
+
+
+@PROPERTY
+@given(
+    st.lists(st.integers(0, 30)).map(sorted),
+    st.lists(st.integers(0, 30), min_size=1, unique=True).map(sorted),
+    st.sampled_from([0, 8]),
+)
+def test_among_is_membership_either_way(values: list[int], marks: list[int], ratio: int) -> None:
+    with mock.patch.object(literal_prefilter, "_LOOKUP_RATIO", ratio):
+        found = literal_prefilter._among(np.array(values, dtype=np.int64), np.array(marks))
+    assert found.tolist() == [index for index, value in enumerate(values) if value in marks]
+
+
 def test_literal_beginnings_are_read_through_small_classes() -> None:
     assert leading_literals(re.compile(r"\bn[i1]gg(?:er|a)s?\b", re.I)) == {"nigg", "n1gg"}
     assert leading_literals(re.compile(r"\bf[a@]gg?ots?\b", re.I)) == {"fag", "f@g"}
@@ -293,7 +378,7 @@ def test_a_harmful_phrase_after_a_common_word_repeated_is_found() -> None:
     examples = "You should die. I will kill you. They say you can't lose. You dummy"
     expected = [(m.pattern, m.start) for m in _SHIPPED_SAFETY.find(examples)]
     assert len(expected) == 4
-    for unit in ("you ", "you should ", "i ", "the ", "This ", "you\xa0"):
+    for unit in ("you ", "you should ", "i ", "the ", "This ", "they ", "this is ", "you\xa0"):
         filler = (unit * (LIMIT // len(unit)))[: LIMIT - 100] + " "
         found = [
             (m.pattern, m.start - len(filler)) for m in _SHIPPED_SAFETY.find(filler + examples)

@@ -60,6 +60,8 @@ _MAX_CLASS = 4  # characters of a class read on through in a literal beginning
 _NO_STARTS = np.zeros(0, dtype=np.int64)
 _MAX_ANCHORS = 1024  # a pattern with more anchors of `_MAX_WORDS` words has shorter ones
 _FEW_PLACES = 32  # a first word in no more places is not followed by its next words
+_LOOKUP_RATIO = 8  # values per mark above which the marks are looked up in the values
+_NEAR_STEPS = 2  # places looked at before a binary search for the next (non-)whitespace
 _MAX_WORDS = 3  # words of an anchor (a literal, whitespace, the next literal, ...)
 _STOP = (None, None)  # in a walked item list: what follows is not read
 # which code points `\s` matches (none above U+3000)
@@ -463,6 +465,7 @@ class _Places:
         self.starts = starts
         self.lengths = lengths
         self._codes: np.ndarray | None = None
+        self._space: np.ndarray | None = None  # which positions hold whitespace
         self._words: np.ndarray | None = None  # where no whitespace is
         self._spaces: np.ndarray | None = None
         # (word start only, anchor beginning) -> (where it begins, where its last word ends)
@@ -476,17 +479,46 @@ class _Places:
             self._codes = code_points(self.folded)
         return self._codes
 
+    @property
+    def space(self) -> np.ndarray:
+        """Which positions of the folded text hold whitespace."""
+        if self._space is None:
+            self._space = is_space(self.codes)
+        return self._space
+
     def next_word(self, positions: np.ndarray) -> np.ndarray:
         """For each position (or the end), where the whitespace from there ends."""
-        if self._words is None:
-            self._words = np.flatnonzero(~is_space(self.codes))
-        return following(self._words, positions, len(self.codes))
+        return self._first_where(positions, False)
 
     def next_space(self, positions: np.ndarray) -> np.ndarray:
         """For each position (or the end), where the next whitespace is."""
-        if self._spaces is None:
-            self._spaces = np.flatnonzero(is_space(self.codes))
-        return following(self._spaces, positions, len(self.codes))
+        return self._first_where(positions, True)
+
+    def _first_where(self, positions: np.ndarray, space: bool) -> np.ndarray:
+        """For each position, the first at or after it whose whitespace is `space` (the
+        end when none is). Most are found by looking at the next two places (a word
+        after one space; a space after a short word); the rest by a binary search."""
+        size = len(self.codes)
+        found = np.minimum(positions, size)
+        pending = np.arange(len(positions))
+        for _ in range(_NEAR_STEPS):
+            at = found[pending]
+            inside = at < size
+            pending = pending[inside]
+            pending = pending[self.space[at[inside]] != space]
+            if not len(pending):
+                return found
+            found[pending] += 1
+        if space:
+            if self._spaces is None:
+                self._spaces = np.flatnonzero(self.space)
+            marks = self._spaces
+        else:
+            if self._words is None:
+                self._words = np.flatnonzero(~self.space)
+            marks = self._words
+        found[pending] = following(marks, found[pending], size)
+        return found
 
     def anchored(self, anchors: dict[int, list[tuple[int, ...]]], word_start: bool) -> np.ndarray:
         """The sorted places where one of the anchors (literal numbers, by first word)
@@ -533,24 +565,33 @@ class _Places:
             if last == _ANY_WORD_ID:  # a word, then whitespace
                 ends = self.next_space(next_starts)
                 keep = ends > next_starts
-            else:
-                starts = self.starts[last]
-                index = np.minimum(np.searchsorted(starts, next_starts), len(starts) - 1)
-                keep = starts[index] == next_starts
-                ends = next_starts + self.lengths[last]
-            places, ends = places[keep], ends[keep]
+                places, ends = places[keep], ends[keep]
+            else:  # the places are picked by index: most anchors keep few of them
+                kept = _among(next_starts, self.starts[last])
+                places, ends = places[kept], next_starts[kept] + self.lengths[last]
         self._found[key] = places, ends
         return places, ends
 
 
 def code_points(text: str) -> np.ndarray:
-    """The code points of `text` (an array that shares its buffer)."""
+    """The code points of `text`: one byte each when it is ASCII (numpy passes over a
+    quarter of the memory), else four. Look tables up with `lookup`."""
+    if text.isascii():
+        return np.frombuffer(text.encode("ascii"), np.uint8)
     return np.frombuffer(text.encode("utf-32-le", "surrogatepass"), "<u4")
+
+
+def lookup(table: np.ndarray, codes: np.ndarray) -> np.ndarray:
+    """`table[code]` for each code point; the table's last entry for any beyond it."""
+    if codes.dtype == np.uint8 and len(table) >= 256:
+        return np.take(table[:256], codes)  # every byte is an index of it
+    found: np.ndarray = table[np.minimum(codes, len(table) - 1)]
+    return found
 
 
 def is_space(codes: np.ndarray) -> np.ndarray:
     """Which code points `\\s` matches."""
-    return _IS_SPACE[np.minimum(codes, len(_IS_SPACE) - 1)]
+    return lookup(_IS_SPACE, codes)
 
 
 def following(marks: np.ndarray, positions: np.ndarray, size: int) -> np.ndarray:
@@ -560,6 +601,22 @@ def following(marks: np.ndarray, positions: np.ndarray, size: int) -> np.ndarray
     if not len(marks):
         return np.full(len(positions), size, dtype=np.int64)
     found: np.ndarray = np.where(index < len(marks), marks[np.minimum(index, len(marks) - 1)], size)
+    return found
+
+
+def _among(values: np.ndarray, marks: np.ndarray) -> np.ndarray:
+    """The indices (in order) of the sorted `values` that are among the sorted, non-empty
+    `marks`. The fewer are looked up in the more: a first word at every other place of a
+    degenerate reply followed by a rare next word costs a search per place of the rare
+    word, not one per place of the first (90 anchors begin with "this")."""
+    if len(marks) * _LOOKUP_RATIO >= len(values):
+        index = np.minimum(np.searchsorted(marks, values), len(marks) - 1)
+        return np.flatnonzero(marks[index] == values)
+    first = np.searchsorted(values, marks, "left")
+    counts = np.searchsorted(values, marks, "right") - first  # values may repeat
+    total = int(counts.sum())
+    offsets = np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts)
+    found: np.ndarray = np.repeat(first, counts) + offsets
     return found
 
 

@@ -28,7 +28,7 @@ from bisect import bisect_right
 
 import numpy as np
 
-from worker.suites.literal_prefilter import code_points, fold, following, is_space
+from worker.suites.literal_prefilter import code_points, fold, following, is_space, lookup
 
 SPAN_WORDS = 10
 SPAN_CHARS = 256  # no more of the text before a match is read, whatever its words' length
@@ -106,7 +106,7 @@ _TURN_WORDS = ("but", "instead", "however")
 
 def _table(chars: str) -> np.ndarray:
     """Which code points are among `chars` (a lookup table; any beyond it: none)."""
-    table = np.zeros(max(map(ord, chars)) + 2, dtype=bool)
+    table = np.zeros(max(max(map(ord, chars)) + 2, 257), dtype=bool)  # every byte in it
     table[[ord(char) for char in chars]] = True
     return table
 
@@ -143,12 +143,12 @@ def _break_ends(folded: str) -> list[int]:
     word that turns (which takes in a line break in that whitespace and the turn word)."""
     codes = code_points(folded)
     found = []
-    stops = np.flatnonzero(_STOPS[np.minimum(codes, len(_STOPS) - 1)])
+    stops = np.flatnonzero(lookup(_STOPS, codes))
     for word in _TURN_WORDS:
         places = _word_places(codes, word)
         places = places[_not_word(codes, places - 1)]
         found.append(places + len(word))
-    dashes = np.flatnonzero(_DASHES[np.minimum(codes, len(_DASHES) - 1)])
+    dashes = np.flatnonzero(lookup(_DASHES, codes))
     if len(dashes):
         words = np.flatnonzero(~is_space(codes))
 
