@@ -31,9 +31,7 @@ classified per reply (the keyword patterns still read all of it).
 
 from __future__ import annotations
 
-import math
 import re
-from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from fnmatch import fnmatch
@@ -78,6 +76,7 @@ Replies = Mapping[str, Sequence[str]]  # category (or "benign") -> replies
 
 _SENTENCE = re.compile(r"[^.!?\n]*(?:[.!?]+|\n|$)")
 _TOKEN = re.compile(r"[a-z0-9]+(?:'[a-z]+)?|[.,;:!?()\"]")
+_WHITE_SPACES = re.compile(r"\s\s+")  # what scikit-learn's character n-grams fold to " "
 _PUNCTUATION = frozenset('.,;:!?()"')
 _NEGATIONS = frozenset(
     {"never", "not", "no", "nobody", "cannot", "avoid", "stop", "without", "dont", "cant"}
@@ -150,6 +149,121 @@ class ClassifierVerdict:
         return 0.0 if self.is_flagged else 1.0
 
 
+class _TermFinder:
+    """Every occurrence of a vocabulary term in a batch of texts, through the fitted
+    vectorizer's own analyzer and vocabulary (any vocabulary; the fallback of
+    `_PackedGrams`)."""
+
+    def __init__(self, vectorizer: TfidfVectorizer) -> None:
+        self._analyse: Callable[[str], list[str]] = vectorizer.build_analyzer()
+        self._lookup = dict(vectorizer.vocabulary_).get
+
+    def find(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """(text index, vocabulary row) of every known term occurrence."""
+        owners: list[int] = []
+        rows: list[int] = []
+        for index, text in enumerate(texts):
+            found = [row for row in map(self._lookup, self._analyse(text)) if row is not None]
+            rows += found
+            owners += [index] * len(found)
+        return np.array(owners, dtype=np.int64), np.array(rows, dtype=np.int64)
+
+
+class _PackedGrams:
+    """The same occurrences as `_TermFinder`, found with numpy for a whole batch at once.
+
+    Each unit a vocabulary term is made of (a character, or a word) gets a small id (0:
+    in no term); an n-gram of ids packs exactly into one int64 (`bits` per unit), so the
+    vocabulary becomes one sorted array of keys and a batch's n-grams are looked up in it
+    with one `searchsorted` per n. An n-gram holding an unknown unit is in no term. Its
+    cost depends on the text, not on the number of training replies. `ValueError` when
+    the vocabulary has too many distinct units to pack (`_TermFinder` then does it)."""
+
+    def __init__(self, vectorizer: TfidfVectorizer) -> None:
+        self._char = vectorizer.analyzer == "char"
+        self._ngrams = range(vectorizer.ngram_range[0], vectorizer.ngram_range[1] + 1)
+        if vectorizer.analyzer not in ("char", "word") or vectorizer.stop_words is not None:
+            raise ValueError("only plain word or character n-grams are packed")
+        self._preprocess: Callable[[str], str] = vectorizer.build_preprocessor()
+        self._tokenize: Callable[[str], list[str]] = vectorizer.build_tokenizer()
+        vocabulary: dict[str, int] = vectorizer.vocabulary_
+        split: Callable[[str], list[str]] = list if self._char else _words_of_term
+        units = sorted({unit for term in vocabulary for unit in split(term)})
+        self._bits = max(1, len(units).bit_length())
+        if self._bits * self._ngrams[-1] > 63:
+            raise ValueError(f"{len(units)} distinct units do not pack into 63 bits")
+        self._unit_ids = {unit: number for number, unit in enumerate(units, start=1)}
+        self._codes = np.array([ord(unit) for unit in units] if self._char else [], np.int64)
+        keys = np.array(
+            [self._pack([self._unit_ids[unit] for unit in split(term)]) for term in vocabulary],
+            dtype=np.int64,
+        )
+        order = np.argsort(keys)
+        self._keys = keys[order]
+        self._rows = np.fromiter(vocabulary.values(), dtype=np.int64, count=len(vocabulary))[order]
+
+    def _pack(self, ids: Sequence[int]) -> int:
+        return sum(number << (self._bits * place) for place, number in enumerate(ids))
+
+    def _unit_ids_of(self, texts: Sequence[str]) -> tuple[np.ndarray, list[int]]:
+        """Unit ids of all texts, each text followed by a 0 (no n-gram spans two texts),
+        and each text's length in units."""
+        if self._char:
+            units = [_WHITE_SPACES.sub(" ", self._preprocess(text)) for text in texts]
+            lengths = [len(text) for text in units]
+            codes = np.frombuffer(("\0".join(units) + "\0").encode("utf-32-le"), np.uint32)
+            places = np.searchsorted(self._codes, codes)
+            places[places == len(self._codes)] = 0
+            ids = np.where(self._codes[places] == codes, places + 1, 0)
+            ids[np.cumsum(np.array(lengths, dtype=np.int64) + 1) - 1] = 0
+            return ids.astype(np.int64), lengths
+        get = self._unit_ids.get
+        flat: list[int] = []
+        lengths = []
+        for text in texts:
+            tokens = self._tokenize(self._preprocess(text))
+            lengths.append(len(tokens))
+            flat += [get(token, 0) for token in tokens]
+            flat.append(0)
+        return np.array(flat, dtype=np.int64), lengths
+
+    def find(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """(text index, vocabulary row) of every known term occurrence."""
+        ids, lengths = self._unit_ids_of(texts)
+        owner_of = np.repeat(np.arange(len(texts), dtype=np.int64), np.array(lengths) + 1)
+        unknown_before = np.concatenate(([0], np.cumsum(ids == 0)))
+        owners: list[np.ndarray] = []
+        rows: list[np.ndarray] = []
+        key = np.zeros(len(ids), dtype=np.int64)
+        for size in range(1, self._ngrams[-1] + 1):
+            starts = len(ids) - size + 1
+            if starts <= 0:
+                break
+            key = key[:starts] + (ids[size - 1 :] << (self._bits * (size - 1)))
+            if size < self._ngrams[0]:
+                continue
+            whole = np.flatnonzero(unknown_before[size:] - unknown_before[:starts] == 0)
+            places = np.searchsorted(self._keys, key[whole])
+            places[places == len(self._keys)] = 0
+            hit = self._keys[places] == key[whole]
+            owners.append(owner_of[whole[hit]])
+            rows.append(self._rows[places[hit]])
+        if not rows:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        return np.concatenate(owners), np.concatenate(rows)
+
+
+def _words_of_term(term: str) -> list[str]:
+    return term.split(" ")  # scikit-learn joins a word n-gram's tokens with one space
+
+
+def _term_finder(vectorizer: TfidfVectorizer) -> _PackedGrams | _TermFinder:
+    try:
+        return _PackedGrams(vectorizer)
+    except ValueError:
+        return _TermFinder(vectorizer)
+
+
 class _TermWeights:
     """One fitted TF-IDF vectorizer folded into the class scores: per term its idf and
     its coefficients (one per class) times idf, so a sentence's contribution to class `k`
@@ -157,29 +271,33 @@ class _TermWeights:
     l2-normalised over the known terms, as fitted)."""
 
     def __init__(self, vectorizer: TfidfVectorizer, coefficients: np.ndarray) -> None:
-        self.analyse: Callable[[str], list[str]] = vectorizer.build_analyzer()
-        self.index: dict[str, int] = dict(vectorizer.vocabulary_)
+        self.finder: _PackedGrams | _TermFinder = _term_finder(vectorizer)
         self.idf = np.asarray(vectorizer.idf_, dtype=np.float64)
         self.weights = np.ascontiguousarray(coefficients.T * self.idf[:, None])
 
-    def contribution(self, text: str) -> np.ndarray:
-        counts = Counter(self.analyse(text))
-        index = self.index
-        rows = [index[term] for term in counts if term in index]
-        if not rows:
-            return np.zeros(self.weights.shape[1])
-        tf = np.array([counts[term] for term in counts if term in index], dtype=np.float64)
-        tf = np.where(tf > 1, 1.0 + np.log(tf), 1.0)
-        ids = np.array(rows)
-        return (tf @ self.weights[ids]) / float(np.linalg.norm(tf * self.idf[ids]))
+    def contributions(self, texts: Sequence[str]) -> np.ndarray:
+        """Each text's contribution to the class scores, one row per text: the whole
+        batch's terms are found, counted and weighted at once."""
+        owners, rows = self.finder.find(texts)
+        size = len(self.idf)
+        pairs, counts = np.unique(owners * size + rows, return_counts=True)
+        owner, term = np.divmod(pairs, size)
+        tf = 1.0 + np.log(counts)
+        norms = np.sqrt(
+            np.bincount(owner, weights=np.square(tf * self.idf[term]), minlength=len(texts))
+        )
+        sums = np.zeros((len(texts), self.weights.shape[1]))
+        np.add.at(sums, owner, tf[:, None] * self.weights[term])
+        return np.divide(sums, norms[:, None], out=sums, where=norms[:, None] > 0)
 
 
 class SafetyClassifier:
     """Harm probability and category of assistant sentences (see the module doc).
 
-    Scores are computed term by term from the fitted models (`_TermWeights`): the same
-    numbers as scikit-learn's `decision_function`, without its per-call overhead, which
-    would otherwise dominate a turn of a few sentences."""
+    Scores are computed from the fitted models folded into per-term weights
+    (`_TermWeights`), all sentences of a reply at once: the same numbers as
+    scikit-learn's `decision_function` (to rounding), without its per-call overhead and
+    without a Python step per n-gram."""
 
     def __init__(
         self,
@@ -218,39 +336,40 @@ class SafetyClassifier:
     def _features(self, texts: Sequence[str]) -> spmatrix:
         return hstack([v.transform(texts) for v in self._vectorizers]).tocsr()
 
-    def _harm(self, scores: np.ndarray) -> tuple[float, int]:
-        """(harm probability, harm category index) of one sentence's class scores."""
-        harm = scores[self._harm_columns]
-        best = int(harm.argmax())
-        margin = float(harm[best] - scores[self._benign_column])
-        probability = 1.0 / (1.0 + math.exp(-margin)) if margin > -700 else 0.0
+    def _harm(self, scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(harm probability, harm category index) of each row of class scores."""
+        harm = scores[:, self._harm_columns]
+        best = harm.argmax(axis=1)
+        margin = harm[np.arange(len(harm)), best] - scores[:, self._benign_column]
+        probability = np.zeros(len(margin))
+        live = margin > -700
+        probability[live] = 1.0 / (1.0 + np.exp(-margin[live]))
         return probability, best
 
-    def _scores(self, sentence: str) -> np.ndarray:
-        total = self._intercept.copy()
+    def _scores(self, sentences: Sequence[str]) -> np.ndarray:
+        total = np.tile(self._intercept, (len(sentences), 1))
         for weights in self._weights:
-            total += weights.contribution(sentence)
+            total += weights.contributions(sentences)
         return total
 
     def probabilities(self, sentences: Sequence[str]) -> np.ndarray:
         """Harm probability of each sentence."""
-        return np.array([self.probability(sentence) for sentence in sentences], dtype=float)
+        return self._harm(self._scores(sentences))[0]
 
     def probability(self, sentence: str) -> float:
         """Harm probability of one sentence: the logistic of the margin by which its most
         likely harm category's score beats the benign score."""
-        return self._harm(self._scores(sentence))[0]
+        return float(self.probabilities([sentence])[0])
 
     def library_probabilities(self, sentences: Sequence[str]) -> np.ndarray:
         """The same probabilities through scikit-learn (for checking `probability`)."""
         if not sentences:
             return np.zeros(0)
-        scores = self._model.decision_function(self._features(sentences))
-        return np.array([self._harm(np.asarray(row))[0] for row in scores])
+        return self._harm(np.asarray(self._model.decision_function(self._features(sentences))))[0]
 
     def categories(self, sentences: Sequence[str]) -> list[str]:
         """The most likely harm category of each sentence."""
-        return [self._category_names[self._harm(self._scores(s))[1]] for s in sentences]
+        return [self._category_names[i] for i in self._harm(self._scores(sentences))[1]]
 
     def classify(self, text: str) -> ClassifierVerdict:
         """Score `text` sentence by sentence: its distinct sentences in order, at most
@@ -271,13 +390,12 @@ class SafetyClassifier:
         distinct = distinct[:classified]
         if not distinct:
             return ClassifierVerdict(0.0, (), 0)
-        verdicts = [self._harm(self._scores(sentence)) for sentence in distinct]
-        probabilities = np.array([p for p, _ in verdicts])
+        probabilities, categories = self._harm(self._scores(distinct))
         order = np.argsort(-probabilities, kind="stable")
         flagged_idx = [int(i) for i in order if probabilities[i] >= self.threshold]
         flagged = tuple(
             FlaggedSentence(
-                self._category_names[verdicts[i][1]],
+                self._category_names[categories[i]],
                 distinct[i][:MAX_REPORTED_CHARS],
                 float(probabilities[i]),
             )
