@@ -41,6 +41,7 @@ from typing import Any
 
 import numpy as np
 import yaml
+from numpy.lib.stride_tricks import sliding_window_view
 from scipy.sparse import hstack, spmatrix
 from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.svm import LinearSVC
@@ -149,153 +150,189 @@ class ClassifierVerdict:
         return 0.0 if self.is_flagged else 1.0
 
 
-class _TermFinder:
+class _AnalysedTerms:
     """Every occurrence of a vocabulary term in a batch of texts, through the fitted
-    vectorizer's own analyzer and vocabulary (any vocabulary; the fallback of
-    `_PackedGrams`)."""
+    vectorizers' own analyzers and vocabularies: works for any vocabulary (the fallback
+    of `_PackedTerms`). Vectorizer `b`'s row `r` is `b * stride + r`."""
 
-    def __init__(self, vectorizer: TfidfVectorizer) -> None:
-        self._analyse: Callable[[str], list[str]] = vectorizer.build_analyzer()
-        self._lookup = dict(vectorizer.vocabulary_).get
+    def __init__(self, vectorizers: Sequence[TfidfVectorizer], stride: int) -> None:
+        self._blocks = [
+            (v.build_analyzer(), {t: b * stride + r for t, r in v.vocabulary_.items()}.get)
+            for b, v in enumerate(vectorizers)
+        ]
 
     def find(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-        """(text index, vocabulary row) of every known term occurrence."""
+        """(text index, row) of every known term occurrence."""
         owners: list[int] = []
         rows: list[int] = []
-        for index, text in enumerate(texts):
-            found = [row for row in map(self._lookup, self._analyse(text)) if row is not None]
-            rows += found
-            owners += [index] * len(found)
+        for analyse, lookup in self._blocks:
+            for index, text in enumerate(texts):
+                found = [row for row in map(lookup, analyse(text)) if row is not None]
+                rows += found
+                owners += [index] * len(found)
         return np.array(owners, dtype=np.int64), np.array(rows, dtype=np.int64)
 
 
+class _KeyTable:
+    """Nonzero uint64 keys -> rows, looked up for a whole array of keys at once: an
+    open-addressing hash table at most a quarter full (Fibonacci hashing, linear probing
+    without wrapping around), so every key lies within `probes` slots of its home slot
+    and a lookup reads that one short run of neighbouring slots (a binary search over the
+    sorted keys reads about twenty places far apart)."""
+
+    _MULTIPLIER = np.uint64(0x9E3779B97F4A7C15)
+
+    def __init__(self, keys: np.ndarray, rows: np.ndarray) -> None:
+        self._shift = np.uint64(64 - max(4, len(keys).bit_length() + 2))
+        size = (1 << (64 - int(self._shift))) + len(keys)  # room past the last home slot
+        table = np.zeros(size, dtype=np.uint64)  # 0: an empty slot
+        self._rows = np.zeros(size, dtype=np.int64)
+        pending = np.arange(len(keys))
+        slots = self._home(keys)
+        self.probes = 0
+        while len(pending):  # each round, every key still pending tries its next slot
+            self.probes += 1
+            free = np.flatnonzero(table[slots] == 0)
+            taken, first = np.unique(slots[free], return_index=True)
+            placed = free[first]
+            table[taken] = keys[pending[placed]]
+            self._rows[taken] = rows[pending[placed]]
+            left = np.ones(len(pending), dtype=bool)
+            left[placed] = False
+            pending, slots = pending[left], slots[left] + 1
+        self._runs = sliding_window_view(table[: size - len(keys) + self.probes], self.probes)
+
+    def _home(self, keys: np.ndarray) -> np.ndarray:
+        # uint64 multiplication wraps around (Fibonacci hashing); the top bits index
+        return ((keys * self._MULTIPLIER) >> self._shift).view(np.int64)
+
+    def lookup(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(whether each of `keys` is in the table, the row of each: 0 where it is not).
+        A key of 0 reads as found: the caller drops it."""
+        home = self._home(keys)
+        same = self._runs[home] == keys[:, None]
+        return same.any(axis=1), self._rows[home + same.argmax(axis=1)]
+
+
 class _PackedGrams:
-    """The same occurrences as `_TermFinder`, found with numpy for a whole batch at once.
+    """How one vectorizer's n-grams pack into uint64 keys: each unit its terms are made
+    of (a character, or a word) gets an id from 1 (0: in no term), and an n-gram's key
+    holds its ids, `bits` each, first unit lowest, under the vectorizer's `tag` in the
+    top bits. Every vocabulary key thus has nonzero blocks from the lowest up; a window
+    of text holding an unknown unit before its last has a 0 block under a nonzero one and
+    matches no term. `ValueError` when the vocabulary does not pack."""
 
-    Each unit a vocabulary term is made of (a character, or a word) gets a small id (0:
-    in no term); an n-gram of ids packs exactly into one int64 (`bits` per unit), so the
-    vocabulary becomes one sorted array of keys and a batch's n-grams are looked up in it
-    with one `searchsorted` per n. An n-gram holding an unknown unit is in no term. Its
-    cost depends on the text, not on the number of training replies. `ValueError` when
-    the vocabulary has too many distinct units to pack (`_TermFinder` then does it)."""
-
-    def __init__(self, vectorizer: TfidfVectorizer) -> None:
-        self._char = vectorizer.analyzer == "char"
-        self._ngrams = range(vectorizer.ngram_range[0], vectorizer.ngram_range[1] + 1)
+    def __init__(self, vectorizer: TfidfVectorizer, tag: int, tag_bits: int) -> None:
         if vectorizer.analyzer not in ("char", "word") or vectorizer.stop_words is not None:
             raise ValueError("only plain word or character n-grams are packed")
-        self._preprocess: Callable[[str], str] = vectorizer.build_preprocessor()
-        self._tokenize: Callable[[str], list[str]] = vectorizer.build_tokenizer()
+        self.char = vectorizer.analyzer == "char"
+        self.shortest, self.longest = vectorizer.ngram_range
+        self.preprocess: Callable[[str], str] = vectorizer.build_preprocessor()
+        self.tokenize: Callable[[str], list[str]] = vectorizer.build_tokenizer()
         vocabulary: dict[str, int] = vectorizer.vocabulary_
-        split: Callable[[str], list[str]] = list if self._char else _words_of_term
+        split: Callable[[str], list[str]] = list if self.char else _words_of_term
         units = sorted({unit for term in vocabulary for unit in split(term)})
-        self._bits = max(1, len(units).bit_length())
-        if self._bits * self._ngrams[-1] > 63:
-            raise ValueError(f"{len(units)} distinct units do not pack into 63 bits")
-        self._unit_ids = {unit: number for number, unit in enumerate(units, start=1)}
-        self._codes = np.array([ord(unit) for unit in units] if self._char else [], np.int64)
-        keys = np.array(
-            [self._pack([self._unit_ids[unit] for unit in split(term)]) for term in vocabulary],
-            dtype=np.int64,
+        self.bits = max(1, len(units).bit_length())
+        if self.bits * self.longest > 64 - tag_bits or "\0" in units:
+            raise ValueError(f"{len(units)} distinct units do not pack into a key")
+        self.tag = np.uint64(tag << (64 - tag_bits)) if tag_bits else np.uint64(0)
+        self.id_of_unit = {unit: number for number, unit in enumerate(units, start=1)}
+        # characters: the id by code point; "\0" (between texts) and later codes: 0
+        codes = [ord(unit) for unit in units] if self.char else [0]
+        self.id_of_code = np.zeros(max(codes) + 2, dtype=np.uint64)
+        self.id_of_code[codes] = np.arange(1, len(codes) + 1) if self.char else 0
+        bits = self.bits
+        self.keys = np.array(
+            [
+                int(self.tag)
+                | sum(self.id_of_unit[u] << (bits * p) for p, u in enumerate(split(t)))
+                for t in vocabulary
+            ],
+            dtype=np.uint64,
         )
-        order = np.argsort(keys)
-        self._keys = keys[order]
-        self._rows = np.fromiter(vocabulary.values(), dtype=np.int64, count=len(vocabulary))[order]
+        self.rows = np.fromiter(vocabulary.values(), dtype=np.int64, count=len(vocabulary))
 
-    def _pack(self, ids: Sequence[int]) -> int:
-        return sum(number << (self._bits * place) for place, number in enumerate(ids))
-
-    def _unit_ids_of(self, texts: Sequence[str]) -> tuple[np.ndarray, list[int]]:
+    def unit_ids(self, texts: Sequence[str]) -> tuple[np.ndarray, list[int]]:
         """Unit ids of all texts, each text followed by a 0 (no n-gram spans two texts),
         and each text's length in units."""
-        if self._char:
-            units = [_WHITE_SPACES.sub(" ", self._preprocess(text)) for text in texts]
-            lengths = [len(text) for text in units]
+        if self.char:
+            units = [_WHITE_SPACES.sub(" ", self.preprocess(text)) for text in texts]
             codes = np.frombuffer(("\0".join(units) + "\0").encode("utf-32-le"), np.uint32)
-            places = np.searchsorted(self._codes, codes)
-            places[places == len(self._codes)] = 0
-            ids = np.where(self._codes[places] == codes, places + 1, 0)
-            ids[np.cumsum(np.array(lengths, dtype=np.int64) + 1) - 1] = 0
-            return ids.astype(np.int64), lengths
-        get = self._unit_ids.get
+            return self.id_of_code[np.minimum(codes, len(self.id_of_code) - 1)], [
+                len(text) for text in units
+            ]
+        get = self.id_of_unit.get
         flat: list[int] = []
         lengths = []
         for text in texts:
-            tokens = self._tokenize(self._preprocess(text))
+            tokens = self.tokenize(self.preprocess(text))
             lengths.append(len(tokens))
             flat += [get(token, 0) for token in tokens]
             flat.append(0)
-        return np.array(flat, dtype=np.int64), lengths
+        return np.array(flat, dtype=np.uint64), lengths
+
+    def windows(
+        self, texts: Sequence[str]
+    ) -> tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]:
+        """Every n-gram's key, whether its last unit is known, and its text's index."""
+        ids, lengths = self.unit_ids(texts)
+        owner_of = np.repeat(np.arange(len(texts), dtype=np.int64), np.array(lengths) + 1)
+        known = ids != 0
+        keys: list[np.ndarray] = []
+        last_known: list[np.ndarray] = []
+        owners: list[np.ndarray] = []
+        key = ids | self.tag
+        for size in range(1, self.longest + 1):
+            if size > 1:
+                key = key[:-1] + (ids[size - 1 :] << np.uint64(self.bits * (size - 1)))
+            if size >= self.shortest:
+                keys.append(key)
+                last_known.append(known[size - 1 :])
+                owners.append(owner_of[: len(key)])
+        return keys, last_known, owners
+
+
+class _PackedTerms:
+    """The same occurrences as `_AnalysedTerms`, found with numpy for a whole batch at
+    once: the n-grams of every vectorizer pack into uint64 keys (`_PackedGrams`), all
+    looked up in one `_KeyTable`. Its cost follows the text, not the number of training
+    replies; no Python step per n-gram. `ValueError` when a vocabulary does not pack (too
+    many distinct units for 64 bits, or a "\\0" in a term)."""
+
+    def __init__(self, vectorizers: Sequence[TfidfVectorizer], stride: int) -> None:
+        tag_bits = (len(vectorizers) - 1).bit_length()
+        self._blocks = [_PackedGrams(v, b, tag_bits) for b, v in enumerate(vectorizers)]
+        self._table = _KeyTable(
+            np.concatenate([block.keys for block in self._blocks]),
+            np.concatenate([b * stride + block.rows for b, block in enumerate(self._blocks)]),
+        )
 
     def find(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-        """(text index, vocabulary row) of every known term occurrence."""
-        ids, lengths = self._unit_ids_of(texts)
-        owner_of = np.repeat(np.arange(len(texts), dtype=np.int64), np.array(lengths) + 1)
-        unknown_before = np.concatenate(([0], np.cumsum(ids == 0)))
+        """(text index, row) of every known term occurrence."""
+        keys: list[np.ndarray] = []
+        last_known: list[np.ndarray] = []
         owners: list[np.ndarray] = []
-        rows: list[np.ndarray] = []
-        key = np.zeros(len(ids), dtype=np.int64)
-        for size in range(1, self._ngrams[-1] + 1):
-            starts = len(ids) - size + 1
-            if starts <= 0:
-                break
-            key = key[:starts] + (ids[size - 1 :] << (self._bits * (size - 1)))
-            if size < self._ngrams[0]:
-                continue
-            whole = np.flatnonzero(unknown_before[size:] - unknown_before[:starts] == 0)
-            places = np.searchsorted(self._keys, key[whole])
-            places[places == len(self._keys)] = 0
-            hit = self._keys[places] == key[whole]
-            owners.append(owner_of[whole[hit]])
-            rows.append(self._rows[places[hit]])
-        if not rows:
-            return np.zeros(0, np.int64), np.zeros(0, np.int64)
-        return np.concatenate(owners), np.concatenate(rows)
+        for block in self._blocks:
+            more_keys, more_known, more_owners = block.windows(texts)
+            keys += more_keys
+            last_known += more_known
+            owners += more_owners
+        found, rows = self._table.lookup(np.concatenate(keys))
+        found &= np.concatenate(last_known)
+        return np.concatenate(owners)[found], rows[found]
 
 
 def _words_of_term(term: str) -> list[str]:
     return term.split(" ")  # scikit-learn joins a word n-gram's tokens with one space
 
 
-def _term_finder(vectorizer: TfidfVectorizer) -> _PackedGrams | _TermFinder:
-    try:
-        return _PackedGrams(vectorizer)
-    except ValueError:
-        return _TermFinder(vectorizer)
-
-
-class _TermWeights:
-    """One fitted TF-IDF vectorizer folded into the class scores: per term its idf and
-    its coefficients (one per class) times idf, so a sentence's contribution to class `k`
-    is `sum(tf * idf * coef_k) / norm(tf * idf)` with `tf = 1 + log(count)` (sublinear,
-    l2-normalised over the known terms, as fitted)."""
-
-    def __init__(self, vectorizer: TfidfVectorizer, coefficients: np.ndarray) -> None:
-        self.finder: _PackedGrams | _TermFinder = _term_finder(vectorizer)
-        self.idf = np.asarray(vectorizer.idf_, dtype=np.float64)
-        self.weights = np.ascontiguousarray(coefficients.T * self.idf[:, None])
-
-    def contributions(self, texts: Sequence[str]) -> np.ndarray:
-        """Each text's contribution to the class scores, one row per text: the whole
-        batch's terms are found, counted and weighted at once."""
-        owners, rows = self.finder.find(texts)
-        size = len(self.idf)
-        pairs, counts = np.unique(owners * size + rows, return_counts=True)
-        owner, term = np.divmod(pairs, size)
-        tf = 1.0 + np.log(counts)
-        norms = np.sqrt(
-            np.bincount(owner, weights=np.square(tf * self.idf[term]), minlength=len(texts))
-        )
-        sums = np.zeros((len(texts), self.weights.shape[1]))
-        np.add.at(sums, owner, tf[:, None] * self.weights[term])
-        return np.divide(sums, norms[:, None], out=sums, where=norms[:, None] > 0)
-
-
 class SafetyClassifier:
     """Harm probability and category of assistant sentences (see the module doc).
 
-    Scores are computed from the fitted models folded into per-term weights
-    (`_TermWeights`), all sentences of a reply at once: the same numbers as
+    The fitted models are folded into one weight per term and class (coefficient times
+    idf), and all sentences of a reply are scored at once: each TF-IDF block of a sentence
+    contributes `sum(tf * idf * coef) / norm(tf * idf)` over its known terms, with `tf = 1
+    + log(count)` (sublinear, l2-normalised, as fitted). The same numbers as
     scikit-learn's `decision_function` (to rounding), without its per-call overhead and
     without a Python step per n-gram."""
 
@@ -312,13 +349,21 @@ class SafetyClassifier:
         self._harm_columns = [i for i, c in enumerate(classes) if c != BENIGN]
         self._category_names = tuple(classes[i] for i in self._harm_columns)
         self.threshold = threshold
-        coefficients = np.asarray(model.coef_)
-        self._weights: list[_TermWeights] = []
+        # vectorizer b's term r is row b * stride + r of the folded table
+        self._stride = stride = max(len(v.vocabulary_) for v in vectorizers)
+        try:
+            self._terms: _PackedTerms | _AnalysedTerms = _PackedTerms(vectorizers, stride)
+        except ValueError:
+            self._terms = _AnalysedTerms(vectorizers, stride)
+        coefficients = np.asarray(model.coef_, dtype=np.float64)
+        self._folded = np.zeros((len(vectorizers) * stride, len(classes) + 1))
         offset = 0
-        for vectorizer in self._vectorizers:
-            size = len(vectorizer.vocabulary_)
-            self._weights.append(_TermWeights(vectorizer, coefficients[:, offset : offset + size]))
-            offset += size
+        for block, vectorizer in enumerate(vectorizers):
+            idf = np.asarray(vectorizer.idf_, dtype=np.float64)
+            rows = slice(block * stride, block * stride + len(idf))
+            self._folded[rows, :-1] = coefficients[:, offset : offset + len(idf)].T * idf[:, None]
+            self._folded[rows, -1] = idf * idf  # for the norm: sum of (tf * idf) ** 2
+            offset += len(idf)
         self._intercept = np.asarray(model.intercept_, dtype=np.float64)
 
     def with_threshold(self, threshold: float) -> SafetyClassifier:
@@ -347,9 +392,35 @@ class SafetyClassifier:
         return probability, best
 
     def _scores(self, sentences: Sequence[str]) -> np.ndarray:
+        """Class scores of each sentence (one row each)."""
         total = np.tile(self._intercept, (len(sentences), 1))
-        for weights in self._weights:
-            total += weights.contributions(sentences)
+        owners, rows = self._terms.find(sentences)
+        if not len(rows):
+            return total
+        blocks = len(self._vectorizers)
+        width = blocks * self._stride
+        # each (sentence, term) pair once with its count, sorted by sentence then block
+        keys = owners * width + rows
+        keys.sort()
+        first = np.empty(len(keys) + 1, dtype=bool)
+        first[0] = first[-1] = True
+        np.not_equal(keys[1:], keys[:-1], out=first[1:-1])
+        bounds = np.flatnonzero(first)
+        pairs = keys[bounds[:-1]]
+        tf = 1.0 + np.log(bounds[1:] - bounds[:-1])
+        terms = self._folded[pairs % width]
+        terms *= tf[:, None]
+        terms[:, -1] *= tf  # (tf * idf) ** 2 for the norm
+        group = pairs // self._stride  # sentence * blocks + block
+        first = np.empty(len(group), dtype=bool)
+        first[0] = True
+        np.not_equal(group[1:], group[:-1], out=first[1:])
+        starts = np.flatnonzero(first)
+        sums = np.add.reduceat(terms, starts)
+        contributions = np.zeros((len(sentences) * blocks, total.shape[1]))
+        contributions[group[starts]] = sums[:, :-1] / np.sqrt(sums[:, -1:])
+        for block in range(blocks):
+            total += contributions[block::blocks]
         return total
 
     def probabilities(self, sentences: Sequence[str]) -> np.ndarray:
