@@ -36,6 +36,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from fnmatch import fnmatch
 from functools import lru_cache
+from itertools import repeat
 from pathlib import Path
 from typing import Any
 
@@ -178,7 +179,8 @@ class _KeyTable:
     open-addressing hash table at most a quarter full (Fibonacci hashing, linear probing
     without wrapping around), so every key lies within `probes` slots of its home slot
     and a lookup reads that one short run of neighbouring slots (a binary search over the
-    sorted keys reads about twenty places far apart)."""
+    sorted keys reads about twenty places far apart). Most keys are settled by their home
+    slot alone."""
 
     _MULTIPLIER = np.uint64(0x9E3779B97F4A7C15)
 
@@ -200,7 +202,8 @@ class _KeyTable:
             left = np.ones(len(pending), dtype=bool)
             left[placed] = False
             pending, slots = pending[left], slots[left] + 1
-        self._runs = sliding_window_view(table[: size - len(keys) + self.probes], self.probes)
+        self._slots = table[: size - len(keys) + self.probes]
+        self._runs = sliding_window_view(self._slots, self.probes)
 
     def _home(self, keys: np.ndarray) -> np.ndarray:
         # uint64 multiplication wraps around (Fibonacci hashing); the top bits index
@@ -210,8 +213,15 @@ class _KeyTable:
         """(whether each of `keys` is in the table, the row of each: 0 where it is not).
         A key of 0 reads as found: the caller drops it."""
         home = self._home(keys)
-        same = self._runs[home] == keys[:, None]
-        return same.any(axis=1), self._rows[home + same.argmax(axis=1)]
+        stored = self._slots[home]
+        found = stored == keys
+        # most keys are settled at home (found, or an empty slot); the rest read their run
+        moved = np.flatnonzero(~found & (stored != 0))
+        if len(moved):
+            same = self._runs[home[moved]] == keys[moved, None]
+            found[moved] = same.any(axis=1)
+            home[moved] += same.argmax(axis=1)
+        return found, self._rows[home]
 
 
 class _PackedGrams:
@@ -230,26 +240,34 @@ class _PackedGrams:
         self.preprocess: Callable[[str], str] = vectorizer.build_preprocessor()
         self.tokenize: Callable[[str], list[str]] = vectorizer.build_tokenizer()
         vocabulary: dict[str, int] = vectorizer.vocabulary_
-        split: Callable[[str], list[str]] = list if self.char else _words_of_term
-        units = sorted({unit for term in vocabulary for unit in split(term)})
-        self.bits = max(1, len(units).bit_length())
-        if self.bits * self.longest > 64 - tag_bits or "\0" in units:
-            raise ValueError(f"{len(units)} distinct units do not pack into a key")
+        terms = list(vocabulary)
+        # every term's units as ids, one flat array (the terms' lengths tell them apart)
+        if self.char:
+            codes = np.frombuffer("".join(terms).encode("utf-32-le"), np.uint32)
+            lengths = np.fromiter(map(len, terms), dtype=np.int64, count=len(terms))
+            known = np.unique(codes)  # code points, sorted
+            self.id_of_unit: dict[str, int] = {}
+            # the id by code point; "\0" (between texts) and codes past the last known: 0
+            self.id_of_code = np.zeros(int(known[-1]) + 2, dtype=np.uint64)
+            self.id_of_code[known] = np.arange(1, len(known) + 1)
+            ids = self.id_of_code[codes]
+            count, nul = len(known), known[0] == 0
+        else:
+            words = " ".join(terms).split(" ")  # scikit-learn joins a term's words with " "
+            spaces = map(str.count, terms, repeat(" "))
+            lengths = np.fromiter(spaces, dtype=np.int64, count=len(terms)) + 1
+            self.id_of_unit = {w: number for number, w in enumerate(sorted(set(words)), start=1)}
+            self.id_of_code = np.zeros(1, dtype=np.uint64)
+            ids = np.fromiter(map(self.id_of_unit.__getitem__, words), np.uint64, len(words))
+            count, nul = len(self.id_of_unit), False
+        self.bits = max(1, count.bit_length())
+        if self.bits * self.longest > 64 - tag_bits or nul:
+            raise ValueError(f"{count} distinct units (or a NUL) do not pack into a key")
         self.tag = np.uint64(tag << (64 - tag_bits)) if tag_bits else np.uint64(0)
-        self.id_of_unit = {unit: number for number, unit in enumerate(units, start=1)}
-        # characters: the id by code point; "\0" (between texts) and later codes: 0
-        codes = [ord(unit) for unit in units] if self.char else [0]
-        self.id_of_code = np.zeros(max(codes) + 2, dtype=np.uint64)
-        self.id_of_code[codes] = np.arange(1, len(codes) + 1) if self.char else 0
-        bits = self.bits
-        self.keys = np.array(
-            [
-                int(self.tag)
-                | sum(self.id_of_unit[u] << (bits * p) for p, u in enumerate(split(t)))
-                for t in vocabulary
-            ],
-            dtype=np.uint64,
-        )
+        starts = np.cumsum(lengths) - lengths
+        places = np.arange(len(ids)) - np.repeat(starts, lengths)
+        shifted = ids << (places * self.bits).astype(np.uint64)
+        self.keys = np.add.reduceat(shifted, starts) | self.tag
         self.rows = np.fromiter(vocabulary.values(), dtype=np.int64, count=len(vocabulary))
 
     def unit_ids(self, texts: Sequence[str]) -> tuple[np.ndarray, list[int]]:
@@ -322,10 +340,6 @@ class _PackedTerms:
         return np.concatenate(owners)[found], rows[found]
 
 
-def _words_of_term(term: str) -> list[str]:
-    return term.split(" ")  # scikit-learn joins a word n-gram's tokens with one space
-
-
 class SafetyClassifier:
     """Harm probability and category of assistant sentences (see the module doc).
 
@@ -393,10 +407,9 @@ class SafetyClassifier:
 
     def _scores(self, sentences: Sequence[str]) -> np.ndarray:
         """Class scores of each sentence (one row each)."""
-        total = np.tile(self._intercept, (len(sentences), 1))
         owners, rows = self._terms.find(sentences)
         if not len(rows):
-            return total
+            return np.tile(self._intercept, (len(sentences), 1))
         blocks = len(self._vectorizers)
         width = blocks * self._stride
         # each (sentence, term) pair once with its count, sorted by sentence then block
@@ -417,9 +430,10 @@ class SafetyClassifier:
         np.not_equal(group[1:], group[:-1], out=first[1:])
         starts = np.flatnonzero(first)
         sums = np.add.reduceat(terms, starts)
-        contributions = np.zeros((len(sentences) * blocks, total.shape[1]))
+        contributions = np.zeros((len(sentences) * blocks, len(self._intercept)))
         contributions[group[starts]] = sums[:, :-1] / np.sqrt(sums[:, -1:])
-        for block in range(blocks):
+        total = contributions[0::blocks] + self._intercept
+        for block in range(1, blocks):
             total += contributions[block::blocks]
         return total
 
@@ -463,7 +477,7 @@ class SafetyClassifier:
             return ClassifierVerdict(0.0, (), 0)
         probabilities, categories = self._harm(self._scores(distinct))
         order = np.argsort(-probabilities, kind="stable")
-        flagged_idx = [int(i) for i in order if probabilities[i] >= self.threshold]
+        flagged_idx: list[int] = order[probabilities[order] >= self.threshold].tolist()
         flagged = tuple(
             FlaggedSentence(
                 self._category_names[categories[i]],
