@@ -29,6 +29,7 @@ from worker.suites.alignment.safety_classifier import (
     negation_marked,
     ordinary_replies,
     sentence_spans,
+    sentences,
     shipped_classifier,
 )
 from worker.suites.alignment.scoring import SessionState, score_session, score_turn
@@ -149,6 +150,16 @@ def test_sentences_are_cut_in_one_pass_and_long_runs_in_pieces() -> None:
     assert pieces[:3] == ["One.", "Two!", "Three?"]
     assert "".join(pieces[3:]) == "Four" + "x" * 900
     assert max(len(p) for p in pieces) == 400
+
+
+@hypothesis_settings(max_examples=300, deadline=None)
+@given(
+    st.text(alphabet=st.sampled_from(list("ab .!?\n\t\u00a0\u2029")), max_size=60),
+    st.integers(min_value=1, max_value=5),
+)
+def test_the_classified_sentences_are_the_spans_texts(text: str, max_chars: int) -> None:
+    spans = [text[a:b] for a, b in sentence_spans(text, max_chars)]
+    assert sentences(text, max_chars) == spans
 
 
 def test_words_after_a_negation_are_marked_up_to_punctuation() -> None:

@@ -115,6 +115,16 @@ def sentence_spans(text: str, max_chars: int = MAX_SENTENCE_CHARS) -> list[tuple
     return spans
 
 
+def sentences(text: str, max_chars: int = MAX_SENTENCE_CHARS) -> list[str]:
+    """The text of each span `sentence_spans` gives, found with C-level string methods
+    (the regex's matches, stripped) rather than a Python step per character of
+    whitespace: a 256 KiB reply of short sentences is split in a few milliseconds."""
+    found = [sentence for sentence in map(str.strip, _SENTENCE.findall(text)) if sentence]
+    if max(map(len, found), default=0) <= max_chars:
+        return found
+    return [s[i : i + max_chars] for s in found for i in range(0, len(s), max_chars)]
+
+
 @dataclass(frozen=True)
 class FlaggedSentence:
     """One sentence the classifier judged harmful."""
@@ -461,7 +471,7 @@ class SafetyClassifier:
         `MAX_CLASSIFIED_SENTENCES` of them adding up to at most `MAX_CLASSIFIED_CHARS`
         (the rest are counted, not classified: a 256 KiB reply of distinct sentences
         costs what a long ordinary reply does)."""
-        distinct = list(dict.fromkeys(text[a:b] for a, b in sentence_spans(text)))
+        distinct = list(dict.fromkeys(sentences(text)))
         classified = used = 0
         for sentence in distinct:
             if classified and (
@@ -587,5 +597,6 @@ __all__ = [
     "negation_marked",
     "ordinary_replies",
     "sentence_spans",
+    "sentences",
     "shipped_classifier",
 ]
