@@ -1,6 +1,6 @@
 """The offline safety classifier: harmful assistant sentences, without the encoder.
 
-Trained at start-up (once per process, about 1.7 s of CPU) on the labelled replies
+Trained at start-up (once per process, about 3-4 s of CPU) on the labelled replies
 the project writes and ships in `worker/data/safety_replies.yaml`: seven harm categories
 (`HARM_CATEGORIES`) and benign hard negatives (refusals, warnings, crisis-line referrals,
 idioms, "kill the process", apologies, empathy, ordinary support replies), plus the
@@ -27,6 +27,14 @@ Linear in the text and bounded: sentences are found in one regex pass, long ones
 pieces of at most `MAX_SENTENCE_CHARS`, repeated sentences classified once, and at most
 `MAX_CLASSIFIED_SENTENCES` distinct sentences and `MAX_CLASSIFIED_CHARS` of their text
 classified per reply (the keyword patterns still read all of it).
+
+Scoring does not refit or transform through scikit-learn: the fitted SVM is folded into
+one weight per term and class (coefficient times idf), every n-gram of the vocabulary is
+packed into one uint64 key (`_PackedGrams`) held in a numpy hash table (`_KeyTable`), and
+all sentences of a reply are scored in one batch of numpy operations (`_scores`), with
+no Python step per n-gram: the cost follows the reply's length, not the number of
+training replies. The probabilities are scikit-learn's own to rounding (a test compares
+them on arbitrary text).
 """
 
 from __future__ import annotations
