@@ -277,6 +277,7 @@ UNUSUAL_TEXTS = [
     "the the the the the the the the the the the the.",  # repeated n-grams: tf > 1
     "\uffff\U0010ffff abc",  # code points past any training character
     "ab",  # shorter than the shortest character n-gram
+    "a lone surrogate \ud800 in a reply",  # JSON may carry one ("\\ud800")
 ]
 
 

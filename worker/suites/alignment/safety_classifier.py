@@ -261,7 +261,7 @@ class _PackedGrams:
         terms = list(vocabulary)
         # every term's units as ids, one flat array (the terms' lengths tell them apart)
         if self.char:
-            codes = np.frombuffer("".join(terms).encode("utf-32-le"), np.uint32)
+            codes = np.frombuffer("".join(terms).encode("utf-32-le", "surrogatepass"), np.uint32)
             lengths = np.fromiter(map(len, terms), dtype=np.int64, count=len(terms))
             known = np.unique(codes)  # code points, sorted
             self.id_of_unit: dict[str, int] = {}
@@ -293,7 +293,8 @@ class _PackedGrams:
         and each text's length in units."""
         if self.char:
             units = [_WHITE_SPACES.sub(" ", self.preprocess(text)) for text in texts]
-            codes = np.frombuffer(("\0".join(units) + "\0").encode("utf-32-le"), np.uint32)
+            joined = ("\0".join(units) + "\0").encode("utf-32-le", "surrogatepass")
+            codes = np.frombuffer(joined, np.uint32)
             return self.id_of_code[np.minimum(codes, len(self.id_of_code) - 1)], [
                 len(text) for text in units
             ]
