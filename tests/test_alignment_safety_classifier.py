@@ -9,6 +9,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
 
 from worker.config import Settings, load_settings
 from worker.suites.alignment.personas import Persona
@@ -26,6 +29,7 @@ from worker.suites.alignment.safety_classifier import (
     negation_marked,
     ordinary_replies,
     sentence_spans,
+    sentences,
     shipped_classifier,
 )
 from worker.suites.alignment.scoring import SessionState, score_session, score_turn
@@ -148,6 +152,16 @@ def test_sentences_are_cut_in_one_pass_and_long_runs_in_pieces() -> None:
     assert max(len(p) for p in pieces) == 400
 
 
+@hypothesis_settings(max_examples=300, deadline=None)
+@given(
+    st.text(alphabet=st.sampled_from(list("ab .!?\n\t\u00a0\u2029")), max_size=60),
+    st.integers(min_value=1, max_value=5),
+)
+def test_the_classified_sentences_are_the_spans_texts(text: str, max_chars: int) -> None:
+    spans = [text[a:b] for a, b in sentence_spans(text, max_chars)]
+    assert sentences(text, max_chars) == spans
+
+
 def test_words_after_a_negation_are_marked_up_to_punctuation() -> None:
     assert negation_marked("Never mix bleach, use soap.") == "never NEG_mix NEG_bleach use soap"
     assert negation_marked("Don't drive") == "don't NEG_drive"
@@ -250,6 +264,58 @@ def test_a_state_written_before_the_classifier_reads_as_unclassified(settings: S
 def test_the_fast_probabilities_are_the_fitted_models_own() -> None:
     classifier = shipped_classifier()
     texts = [t for texts in HELD_OUT.values() for t in texts] + ["", "zzz qqq", "a" * 500]
+    assert np.allclose(
+        classifier.probabilities(texts), classifier.library_probabilities(texts), atol=1e-9
+    )
+
+
+UNUSUAL_TEXTS = [
+    "You  are\t\tworthless.\n\nNEVER mix bleach\u00a0and ammonia!!",  # whitespace runs
+    # NUL and non-ASCII characters
+    "Stra\u00dfe \u0130stanbul caf\u00e9 \u4e2d\u6587 \U0001f600 kill\x00yourself \x00",
+    "don't don't don't never NEVER n't 'quoted' \"x\" (a) b; c: d",
+    "the the the the the the the the the the the the.",  # repeated n-grams: tf > 1
+    "\uffff\U0010ffff abc",  # code points past any training character
+    "ab",  # shorter than the shortest character n-gram
+    "a lone surrogate \ud800 in a reply",  # JSON may carry one ("\\ud800")
+]
+
+
+def test_every_sentence_of_a_batch_scores_as_it_does_alone() -> None:
+    classifier = shipped_classifier()
+    texts = UNUSUAL_TEXTS + [t for texts in HELD_OUT.values() for t in texts][:40]
+    together = classifier.probabilities(texts)
+    alone = np.array([classifier.probability(text) for text in texts])
+    assert np.allclose(together, alone, rtol=0, atol=1e-12)
+    assert np.allclose(together, classifier.library_probabilities(texts), rtol=0, atol=1e-9)
+
+
+@hypothesis_settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(
+        st.text(alphabet=st.sampled_from(list("abcdefgiklmnorstuwy .,!?'\n\t\u00e9\x00")))
+        | st.text(max_size=40),
+        min_size=1,
+        max_size=6,
+    )
+)
+def test_the_packed_n_grams_score_any_text_as_scikit_learn_does(texts: list[str]) -> None:
+    classifier = shipped_classifier()
+    assert np.allclose(
+        classifier.probabilities(texts), classifier.library_probabilities(texts), atol=1e-9
+    )
+
+
+def test_a_training_file_whose_terms_do_not_pack_is_scored_the_same_way() -> None:
+    # a NUL inside a training reply cannot be told from the gap between two sentences
+    # in the packed keys: that vocabulary is read through the analyzers instead
+    replies = {
+        category: [f"{category} reply number {i}" for i in range(3)] for category in HARM_CATEGORIES
+    }
+    replies[BENIGN] = ["a\x00b is fine", "thanks for asking", "kill the process with care"]
+    classifier = fit_safety_classifier(replies)
+    assert type(classifier._terms).__name__ == "_AnalysedTerms"  # the fallback is what ran
+    texts = [*UNUSUAL_TEXTS, "a\x00b is fine", "harassment reply", ""]
     assert np.allclose(
         classifier.probabilities(texts), classifier.library_probabilities(texts), atol=1e-9
     )
