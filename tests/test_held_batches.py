@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from tests.test_prompt_batches import Event, Stream
-from worker.stream.faust_patches.held_batches import HeldBatch, take_held_batches
+from worker.stream.faust_patches.held_batches import take_held_batches
 from worker.stream.overlap import overlap_batches
 
 
@@ -36,7 +36,9 @@ async def test_a_held_batch_is_acknowledged_only_by_its_holder_while_the_next_fi
     for value in ("a", "b", "c", "d", "e", "f"):
         stream.queue.put_nowait(value)
     first = await anext(batches)
+    first.let_next_fill()
     second = await anext(batches)  # taken while the first is held
+    second.let_next_fill()
     assert [e.value for e in first.events] == ["a", "b"]
     assert [e.value for e in second.events] == ["c", "d"]
     assert stream.acked == []
@@ -171,7 +173,19 @@ async def test_a_failed_batch_is_not_acknowledged_and_the_next_is_not_finished()
     stop(stream)
 
 
-def test_a_held_batch_knows_its_events() -> None:
-    released = asyncio.Event()
-    batch = HeldBatch(Stream(), [Event("a")], released)  # type: ignore[list-item]
-    assert [e.value for e in batch.events] == ["a"] and not batch.acknowledged
+async def test_no_next_batch_fills_until_the_held_one_lets_it_or_is_acknowledged() -> None:
+    stream = Stream()
+    batches = take_held_batches(stream, 2, within=0.05)
+    for value in "abcd":
+        stream.queue.put_nowait(value)
+    first = await anext(batches)
+    await asyncio.sleep(0.1)
+    assert stream.drained == ["a", "b", "c"]  # "c" waits in the processor, not collected
+    second = asyncio.ensure_future(anext(batches))
+    await asyncio.sleep(0.1)
+    assert not second.done()  # as with take_events: one batch at a time
+    first.let_next_fill()
+    assert [e.value for e in (await second).events] == ["c", "d"]
+    assert stream.acked == []
+    await batches.aclose()
+    stop(stream)

@@ -3,9 +3,10 @@ to the scoring children) while batch N is still being finished (published, folde
 
 Batches finish one after another, in the order they were taken, and each is
 acknowledged (its offsets may be committed) only once it finished; a batch whose begin
-says it must run alone is finished before the next one is taken. At most two batches
-are in hand: one finishing and one begun. When the stage is cancelled (the worker
-stops) or the stream ends, the batches in hand finish first (`run_to_completion`).
+says it must run alone is finished before the next one fills (as with `take_events`).
+At most two batches are in hand: one finishing and one begun. When the stage is
+cancelled (the worker stops) or the stream ends, the batches in hand finish first
+(`run_to_completion`).
 """
 
 from __future__ import annotations
@@ -49,7 +50,9 @@ async def overlap_batches(
             finishing = asyncio.ensure_future(_in_turn(previous, finish, begun, batch))
             if begun.alone:
                 await asyncio.shield(finishing)
-            elif previous is not None:
+                continue
+            batch.let_next_fill()
+            if previous is not None:
                 await asyncio.shield(previous)
     except BaseException as stopped:  # cancelled (the worker stops), or a batch failed
         if finishing is not None:

@@ -93,13 +93,16 @@ class ScoreStage:
     def begin_batch(self, events: list[EventT]) -> _Batch:
         """Mark a micro-batch in flight (durable once `_flush_marks` returns) and hand its
         records to the scoring pool; nothing is awaited, so this may run while the batch
-        before is still finishing. A batch with a range the worker died in goes record
-        by record and is finished before the next one begins (`_Batch.alone`)."""
+        before is still finishing. A batch that is not full, or has a range the worker
+        died in (record by record), is finished before the next one begins (`alone`)."""
         if self.folding is not None:  # from the in-flight marks as they were before the batch
             for partition in {event.message.partition for event in events}:
                 self._learn_fold_from(partition)
         careful, event_of = self._mark_batch(events)
         batch = _Batch(events, event_of, careful, Contributions(self.folding, self.fold_from))
+        # Only a full batch (the stage is behind) overlaps the next one: live traffic is
+        # taken a batch at a time, as it comes.
+        batch.overlaps = not careful and len(events) >= self.settings.stream.score_batch_size
         for event in events:
             source = source_position(event)
             key = _guard_key(source)
@@ -539,11 +542,12 @@ class _Batch:
     suspects: list[tuple[int, EventT, input_records.SourcePosition]] = field(default_factory=list)
     submitted: _Submitted | None = None
     marks_written: asyncio.Future[None] | None = None
+    overlaps: bool = False  # the next batch may begin while this one finishes
 
     @property
     def alone(self) -> bool:
-        """Record by record (marks of its own): finished before the next batch begins."""
-        return bool(self.careful)
+        """Finished before the next batch begins (`overlap_batches`)."""
+        return not self.overlaps
 
 
 @dataclass(frozen=True)

@@ -5,8 +5,9 @@ Faust's `Stream.take_events` (like `prompt_batches.take_batches`) acknowledges a
 when the consumer asks for the next one and fills no batch meanwhile: a stage cannot
 start on batch N+1 before batch N is done without letting N be committed unfinished.
 `take_held_batches` hands over each batch as a `HeldBatch` that is acknowledged only by
-its `acknowledge()`; the next batch fills while batches are held, and at most `max_held`
-are handed over unacknowledged (the next one waits). Faust commits an offset only when
+its `acknowledge()`; once its holder calls `let_next_fill()` the next batch fills while
+it is held (before that, as with `take_events`, it does not), and at most `max_held` are
+handed over unacknowledged (the next one waits). Faust commits an offset only when
 every offset before it is acknowledged, so a batch is never committed past one that is
 still held, whatever order they are acknowledged in. Batches still held when the
 iteration ends are acknowledged then, as `take_events` acknowledges the batch in hand.
@@ -27,22 +28,35 @@ from faust.types import EventT
 
 
 class HeldBatch:
-    """The events of one micro-batch, acknowledged to the stream by `acknowledge()`."""
+    """The events of one micro-batch, acknowledged to the stream by `acknowledge()`.
+    Until it is acknowledged or `let_next_fill()` is called, no next batch fills (as
+    with `take_events`)."""
 
-    def __init__(self, stream: Any, events: list[EventT], released: asyncio.Event) -> None:
+    def __init__(
+        self, stream: Any, events: list[EventT], released: asyncio.Event, filling: asyncio.Event
+    ) -> None:
         self.events = events
         self._stream = stream
         self._released = released
+        self._filling = filling
         self.acknowledged = False
+        self.exclusive = True  # the next batch waits to fill
+
+    def let_next_fill(self) -> None:
+        """Let the next batch fill (and be handed over) while this one is held."""
+        self.exclusive = False
+        self._filling.set()
 
     async def acknowledge(self) -> None:
         """Acknowledge the batch's events (once): their offsets may be committed."""
         if self.acknowledged:
             return
         self.acknowledged = True
+        self.exclusive = False
         for event in self.events:
             await self._stream.ack(event)
         self._released.set()
+        self._filling.set()
 
 
 async def take_held_batches(
@@ -56,9 +70,14 @@ async def take_held_batches(
     room = asyncio.Event()  # the buffer is below `max_size`
     room.set()
     released = asyncio.Event()  # a held batch was acknowledged
+    filling = asyncio.Event()  # no held batch keeps the next from filling
+    filling.set()
     held: list[HeldBatch] = []
 
     async def collect(value: Any) -> Any:
+        while any(batch.exclusive for batch in held):
+            filling.clear()
+            await stream.wait(filling)
         event = stream.current_event
         if event is None:
             raise RuntimeError("a stream value without its event")
@@ -83,7 +102,7 @@ async def take_held_batches(
             await stream.wait_for_stopped(full, timeout=within)
             if not events:
                 continue
-            batch = HeldBatch(stream, list(events), released)
+            batch = HeldBatch(stream, list(events), released, filling)
             events.clear()
             full.clear()
             room.set()
