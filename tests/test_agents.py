@@ -46,6 +46,15 @@ class Harness:
             self._count(name, stage)
 
     def _count(self, name: str, stage: Any) -> None:
+        if hasattr(stage, "finish_batch"):  # the score stage overlaps begun batches
+            finish_batch = stage.finish_batch
+
+            async def finished(batch: Any) -> None:
+                await finish_batch(batch)
+                self.processed[name] += len(batch.events)
+
+            stage.finish_batch = finished
+            return
         process_batch = stage.process_batch
 
         async def counted(events: list[Any]) -> None:

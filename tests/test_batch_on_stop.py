@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from types import SimpleNamespace
 from typing import Any
 
 import faust
@@ -19,6 +20,8 @@ from tests.streamkit import as_lines, make_config, produce, settings_of
 from worker.ops.broker import EmbeddedBroker
 from worker.stream.app import RAW, faust_settings
 from worker.stream.context import run_to_completion
+from worker.stream.faust_patches.held_batches import take_held_batches
+from worker.stream.overlap import overlap_batches
 
 pytestmark = pytest.mark.integration
 
@@ -69,3 +72,47 @@ async def test_a_stop_lets_the_batch_in_hand_finish_before_its_offsets_are_commi
     # committed.
     assert len(done) == len(in_hand), ("a batch in hand was cut", in_hand, done)
     assert position is None or position <= max(done), (position, in_hand)
+
+
+async def test_a_stop_lets_overlapped_batches_finish_before_their_offsets_are_committed(
+    broker: EmbeddedBroker,
+) -> None:
+    """The score stage's batches (`take_held_batches`, `overlap_batches`): the next batch
+    is begun while one finishes; a stop finishes both, and the commit covers only
+    finished batches."""
+    settings = settings_of(make_config())
+    app_id = f"held-{uuid.uuid4().hex[:8]}"
+    options = {**faust_settings(settings, broker.url), "topic_partitions": 1}
+    app = faust.App(app_id, **options)
+    topic = app.topic(f"in-{app_id}", partitions=1, **RAW)
+    overlapped = asyncio.Event()
+    begun: list[tuple[int, int]] = []  # each batch's offsets: first, next
+    finishing: list[int] = []  # the next offset of each batch, when it started finishing
+    done: list[int] = []
+
+    def begin(events: list[Any]) -> Any:
+        begun.append((events[0].message.offset, events[-1].message.offset + 1))
+        if len(begun) > len(done) + 1:  # begun while the one before still finishes
+            overlapped.set()
+        return SimpleNamespace(events=events, alone=False)
+
+    async def finish(batch: Any) -> None:
+        finishing.append(batch.events[-1].message.offset + 1)
+        await asyncio.sleep(3.0)  # e.g. waiting for the broker to take the batch's output
+        done.append(batch.events[-1].message.offset + 1)
+
+    async def agent(stream: Any) -> None:
+        await overlap_batches(take_held_batches(stream, 10, 0.2), begin, finish)
+
+    app.agent(topic, name="batches")(agent)
+    records = as_lines([{"n": n} for n in range(25)])
+    await produce(broker.bootstrap, topic.get_topic_name(), records)
+    await app.start()
+    try:
+        await asyncio.wait_for(overlapped.wait(), 60)
+    finally:
+        await app.stop()
+    position = await committed_offset(broker, app_id, TopicPartition(topic.get_topic_name(), 0))
+    assert len(done) == len(begun) >= 2, ("a batch in hand was cut", begun, done)
+    assert done == sorted(done) == finishing  # one after another, in order
+    assert position is None or position <= max(done), (position, begun)

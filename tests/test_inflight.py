@@ -101,3 +101,34 @@ def test_reached_is_the_furthest_offset_ever_begun_and_never_moves_back() -> Non
     second.end(KEY)
     assert not InflightGuard(marks, limit=2).begin_batch(KEY, 100, 149)
     assert InflightGuard(marks, limit=2).reached(KEY) == 149
+
+
+def test_a_batch_begun_while_the_one_before_finishes_covers_both_until_it_ends() -> None:
+    """Overlapped batches (`worker/stream/overlap.py`): the worker begins 100..199 while
+    0..99 is still being published; dying then sends both ranges record by record."""
+    marks: dict[str, Any] = {}
+    guard = InflightGuard(marks, limit=2)
+    assert not guard.begin_batch(KEY, 0, 99)
+    assert not guard.begin_batch(KEY, 100, 199)  # its own open batch is not a crash
+    assert (marks[KEY]["first"], marks[KEY]["last"], marks[KEY]["done"]) == (0, 199, False)
+    restarted = InflightGuard(dict(marks), limit=2)  # the worker dies before 0..99 ends
+    assert restarted.begin_batch(KEY, 0, 199)
+    assert all(restarted.is_suspect(KEY, offset) for offset in (0, 99, 100, 199))
+    guard.end(KEY)  # 0..99 finished: the mark keeps the batch still open
+    assert (marks[KEY]["first"], marks[KEY]["last"], marks[KEY]["done"]) == (100, 199, False)
+    after = InflightGuard(dict(marks), limit=2)  # dying now: only 100..199 is suspect
+    assert after.begin_batch(KEY, 0, 199)
+    assert not after.is_suspect(KEY, 99) and after.is_suspect(KEY, 100)
+    guard.end(KEY)
+    assert marks[KEY]["done"] and marks[KEY]["reached"] == 199
+    assert not InflightGuard(marks, limit=2).begin_batch(KEY, 150, 249)  # a clean replay
+
+
+def test_overlapped_batches_keep_a_crashed_range_ahead_of_them() -> None:
+    marks: dict[str, Any] = {KEY: {"first": 300, "last": 309, "attempts": 1, "done": False}}
+    guard = InflightGuard(marks, limit=2)
+    assert not guard.begin_batch(KEY, 0, 99)  # the crashed range lies ahead: kept
+    assert not guard.begin_batch(KEY, 100, 199)
+    assert marks[KEY]["ahead"]["first"] == 300
+    assert guard.begin_batch(KEY, 200, 305)  # reaching it: record by record
+    assert guard.is_suspect(KEY, 300) and not guard.is_suspect(KEY, 299)

@@ -5,10 +5,13 @@ in tests); the caller makes the marks durable (waits for the broker to acknowled
 before it processes anything.
 
 A micro-batch marks its offset range per input partition before it starts and as done
-when it ends: one or two writes per batch. When a batch overlaps a range that was marked
-and never done, the worker died inside it, so that partition is processed record by
-record, each record marked first. A record whose own attempts exceed the limit (the
-worker died that often while processing it) is a poison pill: dead-lettered, not retried.
+when it ends: one or two writes per batch. A batch may begin while the batch before it
+still finishes (`worker/stream/overlap.py`): the mark then covers both ranges until the
+earlier one ends, so a crash while either runs sends both record by record. When a
+batch overlaps a range that was marked and never done, the worker died inside it, so
+that partition is processed record by record, each record marked first. A record whose
+own attempts exceed the limit (the worker died that often while processing it) is a
+poison pill: dead-lettered, not retried.
 """
 
 from __future__ import annotations
@@ -26,19 +29,28 @@ class InflightGuard:
         self.marks = marks
         self.limit = limit
         self.suspect: dict[str, list[dict[str, Any]]] = {}  # unfinished ranges found, per key
+        # Ranges this guard began as batches and not ended yet, per key, oldest first.
+        self.open: dict[str, list[tuple[int, int]]] = {}
 
     def begin_batch(self, key: str, first: int, last: int) -> bool:
         """Mark `[first, last]` in flight; True (and nothing marked) when it overlaps an
         unfinished range: the caller then goes record by record (`begin_record`). An
         unfinished range the batch ends before (a replay can start behind it) is kept in
-        the new mark as `ahead`, so reaching it later still goes record by record."""
-        crashed = _unfinished_ranges(self.marks.get(key))
+        the new mark as `ahead`, so reaching it later still goes record by record. While
+        batches this guard began are not ended, the mark is theirs (not a crash) and
+        covers them too."""
+        before = self.marks.get(key)
+        own = self.open.get(key, [])
+        crashed = _ahead_range(before) if own else _unfinished_ranges(before)
         if any(found["first"] <= last and first <= found["last"] for found in crashed):
             self.suspect[key] = crashed
             return True
         self.suspect.pop(key, None)
-        mark = {"first": first, "last": last, "attempts": 1, "done": False}
-        self.marks[key] = _with_reached(_with_ahead(mark, crashed), self.marks.get(key))
+        own.append((first, last))
+        self.open[key] = own
+        start, end = min(begun for begun, _ in own), max(ended for _, ended in own)
+        mark = {"first": start, "last": end, "attempts": 1, "done": False}
+        self.marks[key] = _with_reached(_with_ahead(mark, crashed), before)
         return False
 
     def is_suspect(self, key: str, offset: int) -> bool:
@@ -63,8 +75,17 @@ class InflightGuard:
         return _reached(self.marks.get(key))
 
     def end(self, key: str) -> None:
-        """The batch (or record) of `key` finished."""
+        """The batch (or record) of `key` begun first and not ended yet finished; the
+        mark keeps the ranges of later batches still open."""
+        own = self.open.get(key, [])
+        if own:
+            own.pop(0)
         mark = self.marks.get(key)
+        if own and isinstance(mark, dict):
+            start = min(begun for begun, _ in own)
+            self.marks[key] = {**mark, "first": start, "last": max(e for _, e in own)}
+            return
+        self.open.pop(key, None)
         if isinstance(mark, dict) and _unfinished(mark):
             self.marks[key] = {**mark, "done": True}
 
@@ -82,6 +103,13 @@ def _unfinished_ranges(mark: Any) -> list[dict[str, Any]]:
     if isinstance(mark, dict) and isinstance(mark.get("ahead"), dict):
         found.append(dict(mark["ahead"]))
     return found
+
+
+def _ahead_range(mark: Any) -> list[dict[str, Any]]:
+    """The crashed range a mark keeps `ahead` of the reader (none: an empty list)."""
+    if isinstance(mark, dict) and isinstance(mark.get("ahead"), dict):
+        return [dict(mark["ahead"])]
+    return []
 
 
 def _containing(ranges: list[dict[str, Any]], offset: int) -> dict[str, Any] | None:

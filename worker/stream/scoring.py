@@ -12,7 +12,7 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Coroutine, MutableMapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -26,11 +26,12 @@ from worker.scoring_pool import CHUNK_RECORDS, Outcome
 from worker.stream.context import (
     StreamContext,
     event_context,
-    run_to_completion,
     source_position,
 )
+from worker.stream.faust_patches.held_batches import take_held_batches
 from worker.stream.faust_patches.internals import kafka_consumer, stream_offsets
 from worker.stream.inflight import InflightGuard
+from worker.stream.overlap import overlap_batches
 from worker.stream.publish import Contributions, Folding, OutputTooLarge
 from worker.windowing.watermark import Marker, PartitionClock
 
@@ -67,7 +68,6 @@ class ScoreStage:
         # In-flight marks per input partition (a changelog table: it survives a crash).
         limit = context.settings.limits.poison_pill_attempts
         self.guard = InflightGuard(inflight, limit) if inflight is not None and limit else None
-        self._event_of: dict[str, EventT] = {}  # an event of each partition in the batch
         self.settings = context.settings
         self.publisher = context.publisher
         self.clocks: dict[int, PartitionClock] = {}
@@ -78,27 +78,31 @@ class ScoreStage:
 
     # ---------------------------------------------------------------- records
 
-    async def agent(self, stream: Any) -> None:  # faust.Stream: take_events
+    async def agent(self, stream: Any) -> None:  # faust.Stream
+        """Micro-batches, overlapped (`overlap_batches`): the children score batch N+1
+        while batch N's results are published and folded."""
         size = self.settings.stream.score_batch_size
         wait = self.settings.stream.score_batch_wait
-        async for events in stream.take_events(size, within=wait):
-            await run_to_completion(self.process_batch(list(events)))
+        batches = take_held_batches(stream, size, wait)
+        await overlap_batches(batches, self.begin_batch, self.finish_batch)
 
     async def process_batch(self, events: list[EventT]) -> None:
-        """Score a micro-batch in order. Its results go out as they are scored (a record
-        batch per partition per chunk), then its contributions to the windows, combined
-        into one record per suite|segment; only then does each partition's progress
-        count the batch (its markers must follow the contributions they cover), and the
-        progress it moved goes out at once, so no window waits for the timer."""
-        self._observed.clear()
+        """Score a micro-batch in order (`begin_batch`, then `finish_batch`)."""
+        await self.finish_batch(self.begin_batch(events))
+
+    def begin_batch(self, events: list[EventT]) -> _Batch:
+        """Mark a micro-batch in flight (durable once `_flush_marks` returns) and hand its
+        records to the scoring pool; nothing is awaited, so this may run while the batch
+        before is still finishing. A batch that is not full, or has a range the worker
+        died in (record by record), is finished before the next one begins (`alone`)."""
         if self.folding is not None:  # from the in-flight marks as they were before the batch
             for partition in {event.message.partition for event in events}:
                 self._learn_fold_from(partition)
-        careful = self._mark_batch(events)
-        batch = Contributions(self.folding, self.fold_from)
-        done: list[tuple[input_records.SourcePosition, datetime | None]] = []
-        together: list[tuple[int, EventT, input_records.SourcePosition]] = []
-        suspects: list[tuple[int, EventT, input_records.SourcePosition]] = []
+        careful, event_of = self._mark_batch(events)
+        batch = _Batch(events, event_of, careful, Contributions(self.folding, self.fold_from))
+        # Only a full batch (the stage is behind) overlaps the next one: live traffic is
+        # taken a batch at a time, as it comes.
+        batch.overlaps = not careful and len(events) >= self.settings.stream.score_batch_size
         for event in events:
             source = source_position(event)
             key = _guard_key(source)
@@ -107,18 +111,30 @@ class ScoreStage:
                 and self.guard is not None
                 and self.guard.is_suspect(key, source.offset)
             ):
-                suspects.append((len(done), event, source))
+                batch.suspects.append((len(batch.done), event, source))
             else:
-                together.append((len(done), event, source))
-            done.append((source, None))
+                batch.together.append((len(batch.done), event, source))
+            batch.done.append((source, None))
         # The children start on the batch while its marks travel to the broker; nothing
         # of it is published, forwarded or dead-lettered before they are acknowledged.
-        submitted = self._submit([(event, source) for _, event, source in together])
-        await self._flush_marks(list(self._event_of))
-        for index, event, source in suspects:
+        batch.submitted = self._submit([(event, source) for _, event, source in batch.together])
+        batch.marks_written = asyncio.ensure_future(self._flush_marks(list(event_of), event_of))
+        return batch
+
+    async def finish_batch(self, batch: _Batch) -> None:
+        """Finish a begun micro-batch. Its results go out as they are scored (a record
+        batch per partition per chunk), then its contributions to the windows, combined
+        into one record per suite|segment; only then does each partition's progress
+        count the batch (its markers must follow the contributions they cover), and the
+        progress it moved goes out at once, so no window waits for the timer."""
+        self._observed.clear()
+        assert batch.marks_written is not None and batch.submitted is not None
+        await batch.marks_written
+        done, contributions, event_of = batch.done, batch.contributions, batch.event_of
+        for index, event, source in batch.suspects:
             # The worker died inside this range: one record at a time, each marked first.
             key = _guard_key(source)
-            attempts = await self._guard_record(key, source.offset)
+            attempts = await self._guard_record(key, source.offset, event_of)
             if attempts > self.settings.limits.poison_pill_attempts:
                 message = (
                     f"the worker stopped {attempts - 1} times while processing this "
@@ -127,14 +143,14 @@ class ScoreStage:
                 )
                 await self._dead_letter(event, input_records.POISON_PILL, message, source)
                 continue
-            done[index] = (source, await self.supervised(event, source, batch))
-        event_times = await self._complete(submitted, batch)
-        for (index, _, source), event_time in zip(together, event_times, strict=True):
+            done[index] = (source, await self.supervised(event, source, contributions))
+        event_times = await self._complete(batch.submitted, contributions)
+        for (index, _, source), event_time in zip(batch.together, event_times, strict=True):
             done[index] = (source, event_time)
-        await self.publisher.contribute(batch)
+        await self.publisher.contribute(contributions)
         observe_all(self.context, self._observed)
         if self.guard is not None:
-            for key, event in self._event_of.items():
+            for key, event in event_of.items():
                 with event_context(event):
                     self.guard.end(key)
         now = self.context.clock()
@@ -237,37 +253,37 @@ class ScoreStage:
                 log.exception("could not dead-letter the failed record")
             return None
 
-    def _mark_batch(self, events: list[EventT]) -> set[str]:
+    def _mark_batch(self, events: list[EventT]) -> tuple[set[str], dict[str, EventT]]:
         """Mark the batch's offset ranges in flight (made durable by `_flush_marks`); the
         partitions whose range overlaps one the worker died in, to be processed record by
-        record."""
+        record, and an event of each partition (the marks' changelog partition)."""
         if self.guard is None:
-            return set()
+            return set(), {}
         ranges: dict[str, tuple[int, int]] = {}
-        self._event_of.clear()
+        event_of: dict[str, EventT] = {}
         for event in events:
             key = _guard_key(source_position(event))
             offset = event.message.offset
             first, last = ranges.get(key, (offset, offset))
             ranges[key] = (min(first, offset), max(last, offset))
-            self._event_of[key] = event
+            event_of[key] = event
         careful = set()
         for key, (first, last) in ranges.items():
-            with event_context(self._event_of[key]):  # the mark goes to this partition
+            with event_context(event_of[key]):  # the mark goes to this partition
                 if self.guard.begin_batch(key, first, last):
                     careful.add(key)
         if careful:
             log.warning("input %s: the worker stopped inside this range; record by record", careful)
-        return careful
+        return careful, event_of
 
-    async def _guard_record(self, key: str, offset: int) -> int:
+    async def _guard_record(self, key: str, offset: int, event_of: dict[str, EventT]) -> int:
         assert self.guard is not None
-        with event_context(self._event_of[key]):
+        with event_context(event_of[key]):
             attempts = self.guard.begin_record(key, offset)
-        await self._flush_marks([key])
+        await self._flush_marks([key], event_of)
         return attempts
 
-    async def _flush_marks(self, keys: list[str]) -> None:
+    async def _flush_marks(self, keys: list[str], event_of: dict[str, EventT]) -> None:
         """Make the in-flight marks of `keys` durable before the work they cover starts
         (the producer only sends once the worker is ready, so that is awaited first).
         Folding relies on them (`_learn_fold_from`: nothing past a partition's `reached`
@@ -287,7 +303,7 @@ class ScoreStage:
         while not await written(MARK_TIMEOUT):
             log.warning("in-flight marks not acknowledged in %ss: writing them again", MARK_TIMEOUT)
             for key in keys:
-                with event_context(self._event_of[key]):
+                with event_context(event_of[key]):
                     marks[key] = marks[key]
 
     async def _decode_here(
@@ -511,6 +527,27 @@ class ScoreStage:
         except Exception:  # not answered yet: not caught up, try on the next tick
             log.debug("no position for %s yet", tp, exc_info=True)
             return None
+
+
+@dataclass
+class _Batch:
+    """A begun micro-batch, for `finish_batch`."""
+
+    events: list[EventT]
+    event_of: dict[str, EventT]  # an event of each input partition (guard key)
+    careful: set[str]  # partitions with a range the worker died in
+    contributions: Contributions
+    done: list[tuple[input_records.SourcePosition, datetime | None]] = field(default_factory=list)
+    together: list[tuple[int, EventT, input_records.SourcePosition]] = field(default_factory=list)
+    suspects: list[tuple[int, EventT, input_records.SourcePosition]] = field(default_factory=list)
+    submitted: _Submitted | None = None
+    marks_written: asyncio.Future[None] | None = None
+    overlaps: bool = False  # the next batch may begin while this one finishes
+
+    @property
+    def alone(self) -> bool:
+        """Finished before the next batch begins (`overlap_batches`)."""
+        return not self.overlaps
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,8 @@ What each module fixes (upstream issue, where one was found):
   related: aio-libs/aiokafka#216).
 - `prompt_batches`: `take_events` cannot end a batch early, so a marker that closes a
   window waited out the window stage's batch wait (none found).
+- `held_batches`: `take_events` acknowledges a batch when the next is taken, so the score
+  stage could not begin the next batch while one finishes (none found).
 - `internals`: what the stages read of Faust's private state (related:
   faust-streaming/faust#497).
 

@@ -116,6 +116,10 @@ REQUIRED: tuple[Needs, ...] = (
         "enable_acks",
         "current_event",
     ),
+    # held_batches: the same hooks, for the score stage's overlapped batches.
+    *_has("held_batches", "faust.Stream", "add_processor", "_enable_passive"),
+    *_uses("held_batches", "faust.streams.Stream.__init__", "_processors"),
+    *_has("held_batches", "faust.Stream", "enable_acks", "ack", "wait", "wait_for_stopped"),
     # internals: what the stages read.
     *_has("internals.current_event", "faust.streams", "_current_event"),
     *_uses("internals.current_event", "faust.streams.current_event", "_current_event"),
