@@ -26,6 +26,8 @@ from typing import Any
 
 from faust.types import EventT
 
+from worker.stream.faust_patches.prompt_batches import collecting
+
 
 class HeldBatch:
     """The events of one micro-batch, acknowledged to the stream by `acknowledge()`.
@@ -88,31 +90,26 @@ async def take_held_batches(
             await stream.wait(room)
         return value
 
-    acks = stream.enable_acks
-    stream.enable_acks = False
-    stream.add_processor(collect)
-    stream._enable_passive(aiter(stream.channel))
-    try:
-        while not stream.should_stop:
-            held[:] = [batch for batch in held if not batch.acknowledged]
-            if len(held) >= max_held:
-                released.clear()
-                await stream.wait_for_stopped(released, timeout=within)
-                continue
-            await stream.wait_for_stopped(full, timeout=within)
-            if not events:
-                continue
-            batch = HeldBatch(stream, list(events), released, filling)
-            events.clear()
-            full.clear()
-            room.set()
-            held.append(batch)
-            yield batch
-    finally:
-        for batch in held:
-            await batch.acknowledge()
-        stream.enable_acks = acks
-        stream._processors.remove(collect)
+    with collecting(stream, collect):
+        try:
+            while not stream.should_stop:
+                held[:] = [batch for batch in held if not batch.acknowledged]
+                if len(held) >= max_held:
+                    released.clear()
+                    await stream.wait_for_stopped(released, timeout=within)
+                    continue
+                await stream.wait_for_stopped(full, timeout=within)
+                if not events:
+                    continue
+                batch = HeldBatch(stream, list(events), released, filling)
+                events.clear()
+                full.clear()
+                room.set()
+                held.append(batch)
+                yield batch
+        finally:
+            for batch in held:
+                await batch.acknowledge()
 
 
 __all__ = ["HeldBatch", "take_held_batches"]

@@ -21,7 +21,8 @@ has no way to end a batch early).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from faust.types import EventT
@@ -54,11 +55,7 @@ async def take_batches(
             await stream.wait(room)
         return value
 
-    acks = stream.enable_acks
-    stream.enable_acks = False
-    stream.add_processor(collect)
-    stream._enable_passive(aiter(stream.channel))
-    try:
+    with collecting(stream, collect):
         while not stream.should_stop:
             await stream.wait_for_stopped(due, timeout=within)
             if not events:
@@ -76,9 +73,22 @@ async def take_batches(
                 done, taking = taking, None
                 done.set_result(None)
                 room.set()
+
+
+@contextmanager
+def collecting(stream: Any, collect: Callable[[Any], Awaitable[Any]]) -> Iterator[None]:
+    """Run `collect` on every value of a Faust stream while the block runs, as
+    `Stream.take_events` fills its buffer, with the stream's own acknowledgement off (the
+    batcher acknowledges its events); both are undone when the block ends."""
+    acks = stream.enable_acks
+    stream.enable_acks = False
+    stream.add_processor(collect)
+    stream._enable_passive(aiter(stream.channel))
+    try:
+        yield
     finally:
         stream.enable_acks = acks
         stream._processors.remove(collect)
 
 
-__all__ = ["take_batches"]
+__all__ = ["collecting", "take_batches"]
