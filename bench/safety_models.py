@@ -80,18 +80,16 @@ def word_vectorizer(**options: object) -> TfidfVectorizer:
         preprocessor=negation_marked,
         token_pattern=r"\S+",
         lowercase=False,
-        ngram_range=(1, 3),
         dtype=np.float64,
-        **{"sublinear_tf": True} | options,  # type: ignore[arg-type]
+        **{"sublinear_tf": True, "ngram_range": (1, 3)} | options,  # type: ignore[arg-type]
     )
 
 
 def char_vectorizer(**options: object) -> TfidfVectorizer:
     return TfidfVectorizer(
         analyzer="char",
-        ngram_range=(3, 5),
         dtype=np.float64,
-        **{"sublinear_tf": True} | options,  # type: ignore[arg-type]
+        **{"sublinear_tf": True, "ngram_range": (3, 5)} | options,  # type: ignore[arg-type]
     )
 
 
@@ -128,6 +126,9 @@ FEATURES: dict[str, Callable[[], Sequence[Block]]] = {
         (word_vectorizer(sublinear_tf=False), None),
         (char_vectorizer(sublinear_tf=False), None),
     ],
+    "char2-5": lambda: [(word_vectorizer(), None), (char_vectorizer(ngram_range=(2, 5)), None)],
+    "char3-6": lambda: [(word_vectorizer(), None), (char_vectorizer(ngram_range=(3, 6)), None)],
+    "word1-2": lambda: [(word_vectorizer(ngram_range=(1, 2)), None), (char_vectorizer(), None)],
     "wv64x0.5": lambda: with_static(64, 0.5),
     "wv64x1": lambda: with_static(64, 1.0),
     "wv64x0.25": lambda: with_static(64, 0.25),
@@ -376,6 +377,11 @@ VARIANTS: dict[str, tuple[str, Callable[[Split], np.ndarray]]] = {
     "sentences: benign+mil": ("tfidf", sentence_rows(mil=True)),
     "sentences: mil only": ("tfidf", sentence_rows(mil=True, benign_rows=False)),
     "sentences: benign b1": ("tfidf", sentence_rows(benign=1.0)),
+    "sentences: benign C1": ("tfidf", sentence_rows(c=1.0)),
+    "sentences: benign C4": ("tfidf", sentence_rows(c=4.0)),
+    "sentences: benign char2-5": ("char2-5", sentence_rows()),
+    "sentences: benign char3-6": ("char3-6", sentence_rows()),
+    "sentences: benign word1-2": ("word1-2", sentence_rows()),
     "reply too": ("tfidf+reply", ovr_svm()),
     "sentences: benign, reply too": ("tfidf+reply", sentence_rows()),
     "sentences: benign +wv64x0.5": ("wv64x0.5", sentence_rows()),

@@ -631,4 +631,5 @@ __all__ = [
     "sentence_spans",
     "sentences",
     "shipped_classifier",
+    "split_into_several",
 ]
