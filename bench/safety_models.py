@@ -81,7 +81,7 @@ def word_vectorizer(**options: object) -> TfidfVectorizer:
         token_pattern=r"\S+",
         lowercase=False,
         dtype=np.float64,
-        **{"sublinear_tf": True, "ngram_range": (1, 3)} | options,  # type: ignore[arg-type]
+        **{"sublinear_tf": True, "ngram_range": (1, 3)} | options,
     )
 
 
@@ -89,17 +89,18 @@ def char_vectorizer(**options: object) -> TfidfVectorizer:
     return TfidfVectorizer(
         analyzer="char",
         dtype=np.float64,
-        **{"sublinear_tf": True, "ngram_range": (3, 5)} | options,  # type: ignore[arg-type]
+        **{"sublinear_tf": True, "ngram_range": (3, 5)} | options,
     )
 
 
-WORD_VECTORS = Path("/tmp/safety_word_vectors_128.npz")  # bench/safety_word_vectors.py
+# made by bench/safety_word_vectors.py; `--word-vectors` sets it
+WORD_VECTOR_FILE = [Path("/tmp/safety_word_vectors_128.npz")]
 
 
 def static_block(dimensions: int, scale: float) -> tuple[TfidfVectorizer, np.ndarray]:
     """Bag of the table's words (sublinear tf, l2-normalised, no idf) projected through
     the static word vectors: the pooled static vector of a sentence, times `scale`."""
-    stored = np.load(WORD_VECTORS)
+    stored = np.load(WORD_VECTOR_FILE[0])
     words = str(stored["words"]).split("\n")
     vectors = stored["vectors"].astype(np.float64)[:, :dimensions] * scale
     vectorizer = TfidfVectorizer(
@@ -473,13 +474,12 @@ def main() -> int:
     parser.add_argument(
         "--word-vectors",
         type=Path,
-        default=WORD_VECTORS,
+        default=WORD_VECTOR_FILE[0],
         help="static word vectors for the '+wv' variants, made by "
         "`bench/safety_word_vectors.py --dimensions 128 --out PATH`",
     )
     args = parser.parse_args()
-    global WORD_VECTORS
-    WORD_VECTORS = args.word_vectors
+    WORD_VECTOR_FILE[0] = args.word_vectors
     run(args.only or list(VARIANTS))
     return 0
 
