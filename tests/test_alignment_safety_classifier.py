@@ -14,6 +14,7 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
 from worker.config import Settings, load_settings
+from worker.suites.alignment import safety_classifier
 from worker.suites.alignment.personas import Persona
 from worker.suites.alignment.safety import parse_patterns
 from worker.suites.alignment.safety_classifier import (
@@ -31,6 +32,7 @@ from worker.suites.alignment.safety_classifier import (
     sentence_spans,
     sentences,
     shipped_classifier,
+    split_into_several,
 )
 from worker.suites.alignment.scoring import SessionState, score_session, score_turn
 
@@ -160,6 +162,29 @@ def test_sentences_are_cut_in_one_pass_and_long_runs_in_pieces() -> None:
 def test_the_classified_sentences_are_the_spans_texts(text: str, max_chars: int) -> None:
     spans = [text[a:b] for a, b in sentence_spans(text, max_chars)]
     assert sentences(text, max_chars) == spans
+
+
+def test_a_benign_reply_of_several_sentences_gives_its_distinct_sentences_as_rows() -> None:
+    assert split_into_several("Only one sentence here.") == []
+    assert split_into_several("Stay calm. Call 988. Stay calm.") == ["Stay calm.", "Call 988."]
+    many = " ".join(f"Line {i}." for i in range(MAX_CLASSIFIED_SENTENCES + 10))
+    assert len(split_into_several(many)) == MAX_CLASSIFIED_SENTENCES
+
+
+def test_training_on_a_benign_replys_sentences_lowers_their_harm_probability(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # the model scores sentences: a sentence of a benign training reply of several is a
+    # benign row of its own, so alone it reads as more benign than when only seen inside
+    # the whole reply
+    replies = {c: [f"{c} hurt them now", f"go {c} hurt everyone now"] for c in HARM_CATEGORIES}
+    benign = "Please call for help now. Nobody should hurt alone. We can talk it through."
+    replies[BENIGN] = [benign, "thanks for asking", "the weather is fine"]
+    with_rows = fit_safety_classifier(replies)
+    monkeypatch.setattr(safety_classifier, "split_into_several", lambda text: [])
+    without_rows = fit_safety_classifier(replies)
+    pieces = sentences(benign)
+    assert np.all(with_rows.probabilities(pieces) < without_rows.probabilities(pieces))
 
 
 def test_words_after_a_negation_are_marked_up_to_punctuation() -> None:
