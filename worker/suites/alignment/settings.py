@@ -102,7 +102,7 @@ class EmbeddingSettings(Section):
         return self
 
 
-SAFETY_CLASSIFIER_THRESHOLD = 0.555  # 5-fold CV on the training replies: <= 4 % benign flagged
+SAFETY_CLASSIFIER_THRESHOLD = 0.548  # 5-fold CV on the training replies: <= 4 % benign flagged
 
 
 class SafetyClassifierSettings(Section):
