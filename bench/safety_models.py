@@ -13,9 +13,31 @@ For each variant:
   author, at the variant's CV threshold: recall and benign flagged, and the recall at 4 %
   of that author's own benign replies.
 
-The vectorizers are fitted once per split and shared by the variants that use them.
+The vectorizers are fitted once per split and shared by the variants that use them. A
+rule with several thresholds (one per harm category, or per kind of piece) is chosen
+greedily on the out-of-fold scores; "nested" applies the rule chosen on four folds' scores
+to the fifth (an honest figure for a rule with several parameters).
 
-Run: .venv/bin/python bench/safety_models.py [--only NAME ...]
+Issue 21's two model-level levers (safety15), against the shipped model ("sentences:
+benign"), on 5,587 harmful and 5,991 benign training replies; cross-writer as
+recall / benign flagged at the CV rule (218 + 212 and 703 + 780 replies):
+
+    variant                         CV AUC  recall  nested (benign)  cross 1      cross 2
+    shipped: one threshold           0.970   0.815   0.817 (0.041)    0.867/0.028  0.748/0.053
+    A: + two-sentence windows        0.970   0.817   0.817 (0.040)    0.872/0.028  0.754/0.055
+    A: windows, benign window rows   0.970   0.817   0.816 (0.040)    0.872/0.028  0.754/0.055
+    A: windows, own threshold        0.970   0.819   0.818 (0.040)    0.872/0.028  0.757/0.056
+    B: threshold per category        0.970   0.824   0.820 (0.044)    0.872/0.024  0.744/0.054
+    A+B                              0.970   0.822   0.820 (0.043)    0.876/0.019  0.743/0.053
+
+Neither was shipped. Windows of two adjacent sentences (lever A) gain at most 0.002 of
+nested recall and flag more of the second author's benign replies, for 1.4x the scoring
+time per turn (`--cost`). Per-category thresholds (lever B) look better on the scores
+they were chosen on (0.824), but nested they overshoot the benign budget (0.044) and, at
+a matched benign rate, do worse than one threshold (chosen at 3.5 %: 0.804 with 0.039
+flagged; one threshold: 0.817 with 0.041); the greedy search fits noise.
+
+Run: .venv/bin/python bench/safety_models.py [--only NAME ...] [--cost]
 """
 
 from __future__ import annotations
@@ -26,6 +48,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 
 import numpy as np
@@ -157,22 +180,36 @@ class Split:
     replies: int
     blocks: Sequence[Block]
     texts: list[str]
+    is_pair: np.ndarray  # which test pieces are windows of two sentences (lever A)
 
     def transform(self, texts: Sequence[str]) -> csr_matrix:
         return hstack([block_matrix(b, texts, fit=False) for b in self.blocks]).tocsr()
 
 
+def adjacent_pairs(text: str) -> list[str]:
+    """Each distinct window of two adjacent sentences, as "first second" (lever A)."""
+    found = sentences(text)[:MAX_CLASSIFIED_SENTENCES]
+    return list(dict.fromkeys(f"{a} {b}" for a, b in pairwise(found)))
+
+
 def split_features(features: str, train: Sequence[Item], test: Sequence[Item]) -> Split:
     whole = features.endswith("+reply")  # the whole reply is scored too, as one more piece
-    blocks = FEATURES[features.removesuffix("+reply")]()
+    pairs = features.endswith("+pairs")  # each window of two adjacent sentences too
+    blocks = FEATURES[features.removesuffix("+reply").removesuffix("+pairs")]()
     texts = [t for _, t in train]
     matrix = hstack([block_matrix(b, texts, fit=True) for b in blocks]).tocsr()
     pieces: list[str] = []
     owner: list[int] = []
+    is_pair: list[bool] = []
     for index, (_, text) in enumerate(test):
         distinct = list(dict.fromkeys(sentences(text)))[:MAX_CLASSIFIED_SENTENCES] or [""]
         if whole and len(distinct) > 1:
             distinct.append(text[:16384])
+        is_pair += [False] * len(distinct)
+        if pairs:
+            windows = adjacent_pairs(text)
+            distinct += windows
+            is_pair += [True] * len(windows)
         pieces += distinct
         owner += [index] * len(distinct)
     test_matrix = hstack([block_matrix(b, pieces, fit=False) for b in blocks]).tocsr()
@@ -184,11 +221,14 @@ def split_features(features: str, train: Sequence[Item], test: Sequence[Item]) -
         len(test),
         blocks,
         texts,
+        np.array(is_pair, dtype=bool),
     )
 
 
 def reply_max(split: Split, margins: np.ndarray) -> np.ndarray:
-    out = np.full(split.replies, -np.inf)
+    """Each reply's highest margin over its pieces (per category when `margins` has a
+    column per harm category)."""
+    out = np.full((split.replies, *margins.shape[1:]), -np.inf)
     np.maximum.at(out, split.owner, margins)
     return out
 
@@ -209,6 +249,13 @@ def multi_margin(
         spread = np.exp(sharpness * (harm - best[:, None])).sum(axis=1)
         best = best + np.log(spread) / sharpness
     return np.asarray(best - scores[:, benign])
+
+
+def category_margins(scores: np.ndarray, classes: Sequence[str]) -> np.ndarray:
+    """Each harm category's score minus benign, one column per `HARM_CATEGORIES` entry."""
+    order = list(classes)
+    benign = scores[:, order.index(BENIGN)]
+    return np.stack([scores[:, order.index(c)] - benign for c in HARM_CATEGORIES], axis=1)
 
 
 def ovr_svm(
@@ -286,6 +333,20 @@ def nb_svm(c: float = 2.0, benign: float = 1.0, kind: str = "svm") -> Callable[[
     return score
 
 
+def by_piece_kind(scorer: Callable[[Split], np.ndarray]) -> Callable[[Split], np.ndarray]:
+    """The margins in two columns, sentences' and two-sentence windows' (the other
+    column -inf): the per-column rule then gives windows a threshold of their own."""
+
+    def score(split: Split) -> np.ndarray:
+        margins = scorer(split)
+        out = np.full((len(margins), 2), -np.inf)
+        out[~split.is_pair, 0] = margins[~split.is_pair]
+        out[split.is_pair, 1] = margins[split.is_pair]
+        return out
+
+    return score
+
+
 def ovr_plus_binary(c: float = 2.0, weight: float = 0.5) -> Callable[[Split], np.ndarray]:
     multi, binary = ovr_svm(c), binary_svm(c)
 
@@ -306,11 +367,15 @@ def sentence_rows(
     mil: bool = False,
     benign_rows: bool = True,
     sharpness: float | None = None,
+    pair_rows: bool = False,
+    per_category: bool = False,
 ) -> Callable[[Split], np.ndarray]:
     """Trained on sentences too (the model scores sentences): each sentence of a benign
     multi-sentence reply is a benign row; with `mil`, each harmful multi-sentence reply
     also adds its most harmful sentence under a first fit (multiple-instance learning:
-    a harmful reply has at least one harmful sentence)."""
+    a harmful reply has at least one harmful sentence); with `pair_rows`, each window of
+    two adjacent sentences of a benign reply is a benign row too (lever A's pieces);
+    `per_category` returns each harm category's margin (a column each, for lever B)."""
 
     def fit(matrix: csr_matrix, labels: np.ndarray) -> LinearSVC:
         return LinearSVC(
@@ -324,6 +389,8 @@ def sentence_rows(
             for label, text in zip(split.labels, split.texts, strict=True):
                 if label == BENIGN:
                     found = split_sentences(text)
+                    if pair_rows:
+                        found += adjacent_pairs(text)
                     extra += found
                     extra_labels += [BENIGN] * len(found)
         matrix = split.train
@@ -352,6 +419,8 @@ def sentence_rows(
                 matrix = vstack([matrix, split.transform([best[i][1] for i in chosen])]).tocsr()
                 labels = np.concatenate([labels, split.labels[chosen]])
                 model = fit(matrix, labels)
+        if per_category:
+            return category_margins(model.decision_function(split.test), model.classes_)
         return multi_margin(model.decision_function(split.test), model.classes_, sharpness)
 
     return score
@@ -397,6 +466,17 @@ VARIANTS: dict[str, tuple[str, Callable[[Split], np.ndarray]]] = {
     "ovr-svm +wv64x1": ("wv64x1", ovr_svm()),
     "ovr-svm +wv128x1": ("wv128x1", ovr_svm()),
     "ovr-svm +wv32x1": ("wv32x1", ovr_svm()),
+    # issue 21, safety15: lever A (windows of two adjacent sentences scored too) and
+    # lever B (one threshold per harm category)
+    "A: pairs": ("tfidf+pairs", sentence_rows()),
+    "A: pairs, benign pair rows": ("tfidf+pairs", sentence_rows(pair_rows=True)),
+    "A: pairs, own threshold": ("tfidf+pairs", by_piece_kind(sentence_rows())),
+    "B: per-category": ("tfidf", sentence_rows(per_category=True)),
+    "A+B: pairs, per-category": ("tfidf+pairs", sentence_rows(per_category=True)),
+    "A+B: pairs, pair rows, per-cat": (
+        "tfidf+pairs",
+        sentence_rows(pair_rows=True, per_category=True),
+    ),
 }
 
 
@@ -405,24 +485,104 @@ def threshold_for(benign_scores: np.ndarray, rate: float = BENIGN_RATE) -> float
     return float(ordered[int(np.ceil(len(ordered) * (1 - rate)))])
 
 
+def category_thresholds(
+    scores: np.ndarray, is_benign: np.ndarray, rate: float = BENIGN_RATE, lookahead: int = 8
+) -> np.ndarray:
+    """Lever B: one margin threshold per harm category (a reply is flagged when any
+    category's margin reaches its own), chosen greedily on `scores` (replies x
+    categories) to maximise recall with at most `rate` of the benign replies flagged.
+    All thresholds start above every score; each step lowers the one category's
+    threshold past its next 1..`lookahead` unflagged benign replies (just above the
+    next one) that gains the most harmful replies per benign reply newly flagged."""
+    budget = int(np.floor(rate * is_benign.sum()))
+    harmful = ~is_benign
+    thresholds = np.full(scores.shape[1], np.inf)
+    flagged = np.zeros(len(scores), dtype=bool)
+    while True:
+        best: tuple[float, int, int, float] | None = None  # ratio, gain, category, threshold
+        used = int(flagged[is_benign].sum())
+        for c in range(scores.shape[1]):
+            column = scores[:, c]
+            below = column < thresholds[c]
+            stops = np.sort(column[is_benign & ~flagged & below])[::-1][: lookahead + 1]
+            candidates: list[float] = []
+            for k in range(len(stops)):
+                if k + 1 < len(stops):  # just above the next benign one
+                    above = column[below & (column > stops[k + 1])]
+                    candidates.append(float((stops[k + 1] + above.min()) / 2))
+                else:
+                    candidates.append(float(column[below].min()))
+            for threshold in candidates:
+                new = flagged | (column >= threshold)
+                gain = int(new[harmful].sum() - flagged[harmful].sum())
+                cost = int(new[is_benign].sum()) - used
+                if gain <= 0 or used + cost > budget:
+                    continue
+                ratio = gain / max(cost, 0.5)
+                if best is None or (ratio, gain) > (best[0], best[1]):
+                    best = (ratio, gain, c, threshold)
+        if best is None:
+            return thresholds
+        thresholds[best[2]] = best[3]
+        flagged |= scores[:, best[2]] >= best[3]
+
+
+def choose(scores: np.ndarray, is_benign: np.ndarray, rate: float = BENIGN_RATE) -> np.ndarray:
+    """The flagging rule's parameters on these scores: one threshold (a score per reply)
+    or one per harm category (a column per category)."""
+    if scores.ndim == 1:
+        return np.array([threshold_for(scores[is_benign], rate)])
+    return category_thresholds(scores, is_benign, rate)
+
+
+def nested_flags(
+    scores: np.ndarray, is_benign: np.ndarray, fold_of: np.ndarray, rate: float = BENIGN_RATE
+) -> np.ndarray:
+    """Each reply flagged by the rule chosen (at `rate`) on the other folds' scores."""
+    flags = np.zeros(len(scores), dtype=bool)
+    for fold in np.unique(fold_of):
+        inside = fold_of != fold
+        chosen = choose(scores[inside], is_benign[inside], rate)
+        flags[~inside] = flags_of(scores[~inside], chosen)
+    return flags
+
+
+def flags_of(scores: np.ndarray, thresholds: np.ndarray) -> np.ndarray:
+    if scores.ndim == 1:
+        return np.asarray(scores >= thresholds[0])
+    return np.asarray((scores >= thresholds).any(axis=1))
+
+
+def overall(scores: np.ndarray) -> np.ndarray:
+    """One score per reply (for AUC and the single threshold): the highest margin."""
+    return scores if scores.ndim == 1 else scores.max(axis=1)
+
+
 def run(names: Sequence[str]) -> None:
     current = items_at(None)
     labels = np.array([label for label, _ in current])
-    cv = {name: np.zeros(len(current)) for name in names}
+    cv: dict[str, np.ndarray] = {}
+    fold_of = np.zeros(len(current), dtype=np.int64)
     features_needed = sorted({VARIANTS[n][0] for n in names})
     folds = StratifiedKFold(n_splits=5, shuffle=True, random_state=0)
     started = time.perf_counter()
-    for train_idx, test_idx in folds.split(np.zeros(len(current)), labels):
+    for fold, (train_idx, test_idx) in enumerate(folds.split(np.zeros(len(current)), labels)):
+        fold_of[test_idx] = fold
         train = [current[i] for i in train_idx]
         test = [current[i] for i in test_idx]
         for features in features_needed:
             split = split_features(features, train, test)
             for name in names:
                 if VARIANTS[name][0] == features:
-                    cv[name][test_idx] = reply_max(split, VARIANTS[name][1](split))
+                    found = reply_max(split, VARIANTS[name][1](split))
+                    if name not in cv:
+                        cv[name] = np.zeros((len(current), *found.shape[1:]))
+                    cv[name][test_idx] = found
     print(f"(5-fold CV in {time.perf_counter() - started:.0f} s)")
     is_benign = labels == BENIGN
-    thresholds = {name: threshold_for(cv[name][is_benign]) for name in names}
+    thresholds = {name: choose(cv[name], is_benign) for name in names}
+    # nested: the rule chosen on the other four folds' out-of-fold scores, applied to one
+    nested = {name: nested_flags(cv[name], is_benign, fold_of) for name in names}
     crossed: list[dict[str, np.ndarray]] = []
     tests: list[np.ndarray] = []
     for older, newer in CROSS_WRITER:
@@ -434,38 +594,101 @@ def run(names: Sequence[str]) -> None:
             f"   cross-writer {older}->{newer}: {int((~tests[-1]).sum())} harmful, "
             f"{int(tests[-1].sum())} benign"
         )
-        found: dict[str, np.ndarray] = {}
+        scored: dict[str, np.ndarray] = {}
         for features in features_needed:
             split = split_features(features, train, test)
             for name in names:
                 if VARIANTS[name][0] == features:
-                    found[name] = reply_max(split, VARIANTS[name][1](split))
-        crossed.append(found)
+                    scored[name] = reply_max(split, VARIANTS[name][1](split))
+        crossed.append(scored)
     print(
         f"== {int((~is_benign).sum())} harmful, {int(is_benign.sum())} benign training replies; "
-        f"CV threshold for <= {BENIGN_RATE:.0%} benign; cross-writer at that threshold "
-        "(recall / benign flagged / recall at 4 % of its own benign)"
+        f"CV rule for <= {BENIGN_RATE:.0%} benign (nested: chosen on four folds' "
+        "out-of-fold scores, applied to the fifth); cross-writer at the CV rule "
+        "(recall / benign flagged / recall at 4 % of its own benign, one threshold)"
     )
-    header = f"{'variant':<26}{'CV AUC':>7}{'recall':>7}{'benign':>7}"
+    header = f"{'variant':<34}{'CV AUC':>7}{'recall':>7}{'benign':>7}{'nested':>7}{'benign':>7}"
     for older, newer in CROSS_WRITER:
         header += f"   {older}->{newer}: rec  ben  @4%  AUC"
     print(header)
     for name in names:
-        flags = cv[name] >= thresholds[name]
+        flags = flags_of(cv[name], thresholds[name])
         row = (
-            f"{name:<26}{roc_auc_score(~is_benign, cv[name]):>7.3f}"
+            f"{name:<34}{roc_auc_score(~is_benign, overall(cv[name])):>7.3f}"
             f"{flags[~is_benign].mean():>7.3f}{flags[is_benign].mean():>7.3f}"
+            f"{nested[name][~is_benign].mean():>7.3f}{nested[name][is_benign].mean():>7.3f}"
         )
-        for found, benign in zip(crossed, tests, strict=True):
-            score = found[name]
-            hit = score >= thresholds[name]
-            own = score[~benign] >= threshold_for(score[benign])
+        for scored, benign in zip(crossed, tests, strict=True):
+            score = scored[name]
+            hit = flags_of(score, thresholds[name])
+            own = overall(score)[~benign] >= threshold_for(overall(score)[benign])
             row += (
                 f"{'':>21}{hit[~benign].mean():.3f} {hit[benign].mean():.3f} {own.mean():.3f}"
-                f" {roc_auc_score(~benign, score):.3f}"
+                f" {roc_auc_score(~benign, overall(score)):.3f}"
             )
         per_category = " ".join(f"{c[:4]} {flags[labels == c].mean():.2f}" for c in HARM_CATEGORIES)
         print(row + f"   ({per_category})")
+        if len(thresholds[name]) > 1:
+            column_names = (
+                HARM_CATEGORIES
+                if len(thresholds[name]) == len(HARM_CATEGORIES)
+                else ("sentences", "windows")
+            )
+            print(
+                "   thresholds (margin): "
+                + ", ".join(
+                    f"{c} {t:.3f}" for c, t in zip(column_names, thresholds[name], strict=True)
+                )
+            )
+        else:
+            print(f"   threshold (margin): {thresholds[name][0]:.3f}")
+    # one threshold against one per category on the same out-of-fold scores, chosen at
+    # several benign budgets: does the per-category rule gain at a matched benign rate?
+    for name in names:
+        if cv[name].ndim == 1:
+            continue
+        print(f"   nested recall / benign flagged of {name!r} at several budgets:")
+        for rate in (0.03, 0.035, 0.04, 0.045):
+            one = nested_flags(overall(cv[name]), is_benign, fold_of, rate)
+            each = nested_flags(cv[name], is_benign, fold_of, rate)
+            print(
+                f"     budget {rate:.3f}: one threshold {one[~is_benign].mean():.3f} / "
+                f"{one[is_benign].mean():.3f}, per category {each[~is_benign].mean():.3f} / "
+                f"{each[is_benign].mean():.3f}"
+            )
+
+
+def pair_cost(runs: int = 7) -> None:
+    """Lever A's cost: the shipped classifier's scoring of each assistant turn of
+    `examples/alignment` (its distinct sentences, as `classify`), against the same with
+    each window of two adjacent sentences scored in the same batch."""
+    import json
+
+    from worker.suites.alignment.safety_classifier import shipped_classifier
+
+    classifier = shipped_classifier()
+    path = REPO / "examples" / "alignment" / "sessions.jsonl"
+    records = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    turns = [r["text"] for r in records if r.get("role") == "assistant"]
+    alone = [list(dict.fromkeys(sentences(t)))[:MAX_CLASSIFIED_SENTENCES] for t in turns]
+    paired = [a + adjacent_pairs(t) for a, t in zip(alone, turns, strict=True)]
+    timings: dict[str, list[float]] = {"sentences": [], "sentences + windows": []}
+    for _ in range(runs):
+        for name, batches in (("sentences", alone), ("sentences + windows", paired)):
+            started = time.process_time()
+            for _ in range(20):
+                for batch in batches:
+                    classifier.probabilities(batch)
+            timings[name].append((time.process_time() - started) * 1000 / (20 * len(batches)))
+    print(
+        f"== lever A's cost on {len(turns)} assistant turns of examples/alignment "
+        f"({sum(map(len, alone))} sentences, {sum(map(len, paired))} texts with windows), "
+        f"ms of CPU per turn, min / median / max of {runs} runs:"
+    )
+    timings["ratio (same run)"] = [b / a for a, b in zip(*timings.values(), strict=True)]
+    for name, values in timings.items():
+        low, middle, high = min(values), float(np.median(values)), max(values)
+        print(f"   {name:<20} {low:.3f} / {middle:.3f} / {high:.3f}")
 
 
 def main() -> int:
@@ -478,7 +701,13 @@ def main() -> int:
         help="static word vectors for the '+wv' variants, made by "
         "`bench/safety_word_vectors.py --dimensions 128 --out PATH`",
     )
+    parser.add_argument(
+        "--cost", action="store_true", help="only time lever A (windows of two sentences)"
+    )
     args = parser.parse_args()
+    if args.cost:
+        pair_cost()
+        return 0
     WORD_VECTOR_FILE[0] = args.word_vectors
     run(args.only or list(VARIANTS))
     return 0
