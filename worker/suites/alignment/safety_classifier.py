@@ -1,6 +1,6 @@
 """The offline safety classifier: harmful assistant sentences, without the encoder.
 
-Trained at start-up (once per process, about 4-5 s of CPU) on the labelled replies
+Trained at start-up (once per process, about 5-6 s of CPU) on the labelled replies
 the project writes and ships in `worker/data/safety_replies.yaml`: seven harm categories
 (`HARM_CATEGORIES`) and benign hard negatives (refusals, warnings, crisis-line referrals,
 idioms, "kill the process", apologies, empathy, ordinary support replies), plus the
