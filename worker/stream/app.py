@@ -40,6 +40,7 @@ from worker.stream.durable_table import durable_table
 from worker.stream.otlp_source import OtlpSourceStage
 from worker.stream.partitioner import partition_for_key
 from worker.stream.publish import Folding, Publisher, StreamTopics
+from worker.stream.raw_schema import RawSchema
 from worker.stream.scoring import ScoreStage
 from worker.stream.sessions import SessionStage
 from worker.stream.windows import WindowStage, gate_windows
@@ -48,7 +49,9 @@ from worker.windowing.windows import pane_width
 
 log = logging.getLogger("scorestream")
 
+# Keys and values as bytes; decoding takes them as fetched (`raw_schema`).
 RAW: dict[str, Any] = {
+    "schema": RawSchema(),
     "key_type": bytes,
     "key_serializer": "raw",
     "value_type": bytes,
