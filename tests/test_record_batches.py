@@ -24,6 +24,16 @@ class Builder:
         return object()
 
 
+class Metadata:
+    """The two lookups of aiokafka's `ClusterMetadata` a partitioner is called with."""
+
+    def partitions_for_topic(self, topic: str) -> set[int]:
+        return set(PARTITIONS)
+
+    def available_partitions_for_topic(self, topic: str) -> set[int]:
+        return set(PARTITIONS)
+
+
 class Producer:
     """aiokafka's batch API, recording what is sent per partition."""
 
@@ -31,15 +41,13 @@ class Producer:
         self.capacity = capacity
         self.metadata_waits: list[str] = []
         self.sent: list[tuple[str, int, list[tuple[bytes, bytes]]]] = []
+        # what `AIOKafkaProducer._partition` reads: its metadata and its partitioner
+        self._metadata = Metadata()
+        self._partitioner = partition_for_key
 
     async def partitions_for(self, topic: str) -> set[int]:
         self.metadata_waits.append(topic)
         return set(PARTITIONS)
-
-    def _partition(
-        self, topic: str, partition: Any, key: Any, value: Any, raw_key: bytes, _: Any
-    ) -> int:
-        return partition_for_key(raw_key, PARTITIONS, PARTITIONS)
 
     def create_batch(self) -> Builder:
         return Builder(self.capacity)

@@ -27,9 +27,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 from pebble import ProcessExpired, ProcessPool
@@ -58,10 +57,11 @@ Case = tuple[str, Any, int]
 ScorerFactory = Callable[[Settings], Callable[[Any], Any]]
 
 
-@dataclass(frozen=True)
-class Outcome:
+class Outcome(NamedTuple):
     """What scoring one case came to: `scored` (a `Scored` for a suite's case scorer, or
-    what another pool scorer returns), or the dead-letter `reason` and message."""
+    what another pool scorer returns), or the dead-letter `reason` and message. A named
+    tuple: the loop makes one per record, and a frozen dataclass costs several times as
+    much to build."""
 
     scored: Scored | Any | None
     reason: str | None = None
@@ -241,10 +241,10 @@ class _PoolBroken(Exception):
 
 def _outcome(fields: tuple[Any, ...]) -> Outcome:
     """An `Outcome` from a child's answer (a `Scored` came as JSON bytes)."""
-    scored, *rest = fields
+    scored = fields[0]
     if isinstance(scored, bytes):  # a case scorer's (a record's result is a ScoredRecord)
-        scored = Scored(**orjson.loads(scored))
-    return Outcome(scored, *rest)
+        return Outcome(Scored(**orjson.loads(scored)), *fields[1:])
+    return Outcome._make(fields)
 
 
 def _lost() -> Outcome:

@@ -20,6 +20,7 @@ from worker.aggregation.keys import (
     aggregate_key,
     format_window_start,
     segment_key,
+    segment_values,
     segments_for,
 )
 from worker.aggregation.message import metric_summary, pass_rate, to_message
@@ -51,6 +52,7 @@ __all__ = [
     "sample_id",
     "scored_from",
     "segment_key",
+    "segment_values",
     "segments_for",
     "to_message",
     "update",

@@ -20,20 +20,24 @@ def segments_for(
     """The all-cases segment `{}` and the segment of all `segment_by` keys.
 
     A key's value is `labels[key]`; for `model` missing from the labels, the record's
-    `model`; otherwise `"unknown"`.
+    `model`; otherwise `"unknown"` (`segment_values`).
     """
     segments: list[dict[str, str]] = [{}]
     if segment_by:
-        segment: dict[str, str] = {}
-        for key in segment_by:
-            if key in labels:
-                segment[key] = labels[key]
-            elif key == "model" and model:
-                segment[key] = model
-            else:
-                segment[key] = UNKNOWN
-        segments.append(segment)
+        segments.append(
+            dict(zip(segment_by, segment_values(model, labels, segment_by), strict=True))
+        )
     return segments
+
+
+def segment_values(
+    model: str | None, labels: Mapping[str, str], segment_by: Sequence[str]
+) -> tuple[str, ...]:
+    """The value of each `segment_by` key in a result's segment, in order (no dicts: the
+    worker looks a result's segments up by these once per result)."""
+    return tuple(
+        [labels.get(key, model if key == "model" and model else UNKNOWN) for key in segment_by]
+    )
 
 
 def _escape(text: str) -> str:

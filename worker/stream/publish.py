@@ -269,12 +269,14 @@ class Publisher:
 
     def _segments(self, result: ResultView) -> Segments:
         """(key, segment, segment as JSON) of each segment a result counts in."""
-        segments = aggregation.segments_for(result.model, result.labels, self.settings.segment_by)
-        cache_key = (result.suite, *segments[-1].values())
+        segment_by = self.settings.segment_by
+        values = aggregation.segment_values(result.model, result.labels, segment_by)
+        cache_key = (result.suite, *values)
         known = self._segment_cache.get(cache_key)
         if known is None:
             if len(self._segment_cache) >= SEGMENT_CACHE_SIZE:
                 self._segment_cache.clear()
+            segments = aggregation.segments_for(result.model, result.labels, segment_by)
             known = self._segment_cache[cache_key] = tuple(
                 (
                     f"{result.suite}|{aggregation.segment_key(segment)}",

@@ -14,7 +14,7 @@ import time
 from collections.abc import AsyncIterator, Coroutine, MutableMapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import orjson
 from faust.types import TP, AppT, EventT
@@ -98,13 +98,13 @@ class ScoreStage:
         if self.folding is not None:  # from the in-flight marks as they were before the batch
             for partition in {event.message.partition for event in events}:
                 self._learn_fold_from(partition)
-        careful, event_of = self._mark_batch(events)
+        sources = [source_position(event) for event in events]
+        careful, event_of = self._mark_batch(events, sources)
         batch = _Batch(events, event_of, careful, Contributions(self.folding, self.fold_from))
         # Only a full batch (the stage is behind) overlaps the next one: live traffic is
         # taken a batch at a time, as it comes.
         batch.overlaps = not careful and len(events) >= self.settings.stream.score_batch_size
-        for event in events:
-            source = source_position(event)
+        for event, source in zip(events, sources, strict=True):
             key = _guard_key(source)
             if (
                 key in careful
@@ -183,6 +183,10 @@ class ScoreStage:
         waiting: list[_Pending] = []
         clock_offset = self.context.clock() - time.time()
         limit = self.settings.max_record_bytes
+        # The records were taken together (a micro-batch, or one record): one reading of
+        # the clock for all of them, not a datetime each.
+        received = self.context.now()
+        received_at = received.timestamp()
 
         def send() -> None:
             tasks = [item.task for item in waiting]
@@ -190,7 +194,6 @@ class ScoreStage:
             waiting.clear()
 
         for event, source in records:
-            received = self.context.now()
             value = event.value
             if not isinstance(value, bytes) or len(value) > limit:  # dead-lettered here
                 prepared.append(_Here(event, source, received))
@@ -198,7 +201,7 @@ class ScoreStage:
             stamp = None if source.timestamp is None else source.timestamp.timestamp()
             task = (
                 value,
-                received.timestamp(),
+                received_at,
                 (source.topic, source.partition, source.offset, stamp),
                 clock_offset,
             )
@@ -253,17 +256,20 @@ class ScoreStage:
                 log.exception("could not dead-letter the failed record")
             return None
 
-    def _mark_batch(self, events: list[EventT]) -> tuple[set[str], dict[str, EventT]]:
+    def _mark_batch(
+        self, events: list[EventT], sources: list[input_records.SourcePosition]
+    ) -> tuple[set[str], dict[str, EventT]]:
         """Mark the batch's offset ranges in flight (made durable by `_flush_marks`); the
         partitions whose range overlaps one the worker died in, to be processed record by
-        record, and an event of each partition (the marks' changelog partition)."""
+        record, and an event of each partition (the marks' changelog partition).
+        `sources`: where each event was read."""
         if self.guard is None:
             return set(), {}
         ranges: dict[str, tuple[int, int]] = {}
         event_of: dict[str, EventT] = {}
-        for event in events:
-            key = _guard_key(source_position(event))
-            offset = event.message.offset
+        for event, source in zip(events, sources, strict=True):
+            key = _guard_key(source)
+            offset = source.offset
             first, last = ranges.get(key, (offset, offset))
             ranges[key] = (min(first, offset), max(last, offset))
             event_of[key] = event
@@ -567,9 +573,9 @@ class _Submitted:
     scoring: list[asyncio.Future[list[Outcome]]]
 
 
-@dataclass(frozen=True)
-class _Pending:
-    """A record handed to the scoring pool, waiting for its outcome."""
+class _Pending(NamedTuple):
+    """A record handed to the scoring pool, waiting for its outcome (one per record: a
+    named tuple is the cheapest to build)."""
 
     event: EventT
     source: input_records.SourcePosition

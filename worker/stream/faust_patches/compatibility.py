@@ -101,7 +101,11 @@ REQUIRED: tuple[Needs, ...] = (
     *_has("lean_monitor", "faust.Monitor", "stream_inbound_time"),
     *_has("lean_monitor", "faust.App", "monitor"),
     # record_batches: aiokafka's partitioner and batch API.
-    *_has("record_batches", "aiokafka.AIOKafkaProducer", "_partition", "partitions_for"),
+    *_has("record_batches", "aiokafka.AIOKafkaProducer", "partitions_for"),
+    *_uses("record_batches", "aiokafka.AIOKafkaProducer.__init__", "_partitioner", "_metadata"),
+    *_uses("record_batches", "aiokafka.AIOKafkaProducer._partition", "_partitioner", "_metadata"),
+    *_has("record_batches", "aiokafka.cluster.ClusterMetadata", "partitions_for_topic"),
+    *_has("record_batches", "aiokafka.cluster.ClusterMetadata", "available_partitions_for_topic"),
     *_has("record_batches", "aiokafka.AIOKafkaProducer", "create_batch", "send_batch"),
     # prompt_batches: fills its batches as `Stream.take_events` does, from the stream.
     *_has("prompt_batches", "faust.Stream", "add_processor", "_enable_passive"),

@@ -7,9 +7,11 @@ Records keep their order within a partition, the producer's partitioner picks th
 partition, and the batches go through the producer's accumulator, so a flush of the
 producer (Faust's, before it commits input offsets) waits for them too.
 
-Reads, patches nothing: aiokafka's private `AIOKafkaProducer._partition` (the producer's
-own partitioner over its metadata; aiokafka's public batch API leaves the partition to
-the caller). `partitions_for` fetches the topic's metadata first.
+Reads, patches nothing: aiokafka's private `AIOKafkaProducer._partitioner` and
+`_metadata` (the producer's own partitioner over its metadata, called as its private
+`_partition` calls it, with the topic's partition lists taken once per call; aiokafka's
+public batch API leaves the partition to the caller). `partitions_for` fetches the
+topic's metadata first.
 Upstream: aio-libs/aiokafka#216 asked for direct batch access (it gave `create_batch` and
 `send_batch`, without partitioning); no issue found for a public partitioner.
 """
@@ -25,9 +27,15 @@ async def send_batches(producer: Any, topic: str, records: Sequence[tuple[bytes,
     if not records:
         return
     await producer.partitions_for(topic)  # the topic's metadata, for the partitioner
+    # The partitioner's arguments once per call, not per record (what `_partition` does
+    # for each record: two lists from the metadata, then the producer's partitioner).
+    metadata = producer._metadata
+    all_partitions = list(metadata.partitions_for_topic(topic))
+    available = list(metadata.available_partitions_for_topic(topic))
+    partitioner = producer._partitioner
     builders: dict[int, Any] = {}
     for key, value in records:
-        partition = producer._partition(topic, None, None, None, key, value)
+        partition = partitioner(key, all_partitions, available)
         builder = builders.get(partition)
         if builder is None:
             builder = builders[partition] = producer.create_batch()
