@@ -100,9 +100,9 @@ class ScoreStage:
                 self._learn_fold_from(partition)
         careful, event_of = self._mark_batch(events)
         batch = _Batch(events, event_of, careful, Contributions(self.folding, self.fold_from))
-        # Only a full batch (the stage is behind) overlaps the next one: live traffic is
-        # taken a batch at a time, as it comes.
-        batch.overlaps = not careful and len(events) >= self.settings.stream.score_batch_size
+        # The next batch fills and begins while this one finishes (live traffic too: a
+        # case does not wait for the batch before it to be published and folded).
+        batch.overlaps = not careful
         for event in events:
             source = source_position(event)
             key = _guard_key(source)
