@@ -22,6 +22,13 @@ Figures per rate and round:
   final arrived: after the first result stamped at or past end + grace was read back on
   every input partition (what the watermark's own path adds, without the cases' trip).
 
+Baseline (`--baseline-seconds`, 0 for none): after the worker at each rate, a plain
+aiokafka consume -> produce loop in its own process (`--echo-loop`: the worker's fetch
+wait and linger, its own input and result topics of the same partitions on the same
+Tansu, read back by the same readers) echoes each envelope at the same rate; its p50 /
+p99 are what the broker, the clients and the machine alone cost, printed beside the
+worker's.
+
 The summary gives, over rounds (min / median / max), the p99 of each rate and whether
 the worker kept it (every round's last result at most 1 s after the last case sent), the
 ratio p99(rate) / p99(lowest rate) of each round for every higher rate (and over 300/s),
@@ -50,6 +57,7 @@ from typing import Any
 
 import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
@@ -86,6 +94,7 @@ class Phase:
     after_cases: list[float] = field(default_factory=list)  # s after the passing cases
     worker_cpu: float = math.nan  # seconds of the worker's process tree
     behind: float = math.nan  # the last result read back - the last case sent, in s
+    echo: Phase | None = None  # the baseline loop at the same rate
 
     @property
     def p50(self) -> float:
@@ -169,6 +178,32 @@ async def send_at_rate(
     phase.end = time.time()
 
 
+async def echo_loop(bootstrap: str, source: str, sink: str, fetch_wait_ms: int) -> None:
+    """The baseline: each envelope of `source` to `sink` as it is read (its id and input
+    partition added where the worker's result has them), with plain aiokafka."""
+    inbound = AIOKafkaConsumer(
+        source, bootstrap_servers=bootstrap, group_id=None, fetch_max_wait_ms=fetch_wait_ms
+    )
+    outbound = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=0)
+    await inbound.start()
+    await outbound.start()
+    try:
+        while not inbound.assignment():
+            await asyncio.sleep(0.05)
+        await inbound.seek_to_end()
+        print("echo ready", flush=True)
+        while True:
+            batches = await inbound.getmany(timeout_ms=100)
+            for messages in batches.values():
+                for message in messages:
+                    envelope = orjson.loads(message.value)
+                    envelope["source"] = {"partition": message.partition}
+                    await outbound.send(sink, orjson.dumps(envelope), key=message.key)
+    finally:
+        await inbound.stop()
+        await outbound.stop()
+
+
 async def run_phase(
     producer: AIOKafkaProducer,
     topic: str,
@@ -178,6 +213,7 @@ async def run_phase(
     rate: float,
     seconds: float,
     grace: float,
+    finals: bool = True,
 ) -> Phase:
     phase = Phase(rate)
     cpu_before = peer.tree_cpu(worker.pid)
@@ -186,7 +222,8 @@ async def run_phase(
     while time.time() < deadline and not all(ident in readers.results for ident in phase.sent):
         await asyncio.sleep(0.2)
     phase.worker_cpu = peer.tree_cpu(worker.pid) - cpu_before
-    await asyncio.sleep(grace + 2.0)  # a final that is due now has time to arrive
+    if finals:
+        await asyncio.sleep(grace + 2.0)  # a final that is due now has time to arrive
     missing = 0
     last_read = phase.end
     for ident, sent in phase.sent.items():
@@ -199,6 +236,8 @@ async def run_phase(
     phase.behind = last_read - phase.end
     if missing:
         print(f"  ! {missing} of {len(phase.sent)} results missing after {DRAIN_S:.0f}s")
+    if not finals:
+        return phase
     for start_ms in range(int(phase.start // 60 - 1) * 60_000, int(phase.end * 1000), 60_000):
         closes = start_ms / 1000 + 60 + grace
         if not phase.start < closes < phase.end:
@@ -250,22 +289,29 @@ def report(rounds: list[list[Phase]], rates: list[float]) -> bool:
         "\nworker cpu: the worker process tree's CPU seconds per 1,000 cases; behind: the "
         "last result read back - the last case sent, in s (large: the worker fell behind)"
     )
+    print(
+        "echo p50 / p99: the same in ms for the baseline (plain aiokafka consume -> produce "
+        "at the same rate, same broker and readers)"
+    )
     header = (
         f"{'round':>5}{'rate/s':>8}{'cases':>8}{'p50 ms':>9}{'p99 ms':>9}"
-        f"{'cpu/1k':>8}{'behind':>8}  final delay s (after its cases s), each window"
+        f"{'cpu/1k':>8}{'behind':>8}{'echo p50':>10}{'echo p99':>10}"
+        "  final delay s (after its cases s), each window"
     )
     print(header)
     print("-" * len(header))
     for index, phases in enumerate(rounds):
         for phase in sorted(phases, key=lambda p: p.rate):
-            delays = ", ".join(
+            each_window = ", ".join(
                 "never" if math.isinf(d) else f"{d:.2f} ({after:.2f})"
                 for d, after in zip(phase.final_delays, phase.after_cases, strict=True)
             )
             cpu = phase.worker_cpu * 1000 / max(1, len(phase.sent))
+            echo = phase.echo
+            echoed = f"{echo.p50:>10,.0f}{echo.p99:>10,.0f}" if echo is not None else f"{'-':>20}"
             print(
                 f"{index + 1:>5}{phase.rate:>8,.0f}{len(phase.sent):>8}{phase.p50:>9,.0f}"
-                f"{phase.p99:>9,.0f}{cpu:>8.2f}{phase.behind:>8.1f}  {delays or '-'}"
+                f"{phase.p99:>9,.0f}{cpu:>8.2f}{phase.behind:>8.1f}{echoed}  {each_window or '-'}"
             )
     print(f"\nover {len(rounds)} rounds (min / median / max):")
     kept = []
@@ -278,6 +324,13 @@ def report(rounds: list[list[Phase]], rates: list[float]) -> bool:
             f"  p99 at {rate:,.0f}/s: {spread([p.p99 for p in phases], 0)} ms; behind "
             f"{spread(behind, 1)} s ({'kept' if rate in kept else 'NOT kept'})"
         )
+        echoes = [p.echo for p in phases if p.echo is not None]
+        if echoes:
+            print(
+                f"    baseline loop at {rate:,.0f}/s: p50 {spread([e.p50 for e in echoes], 0)} "
+                f"ms, p99 {spread([e.p99 for e in echoes], 0)} ms; worker p99 / baseline "
+                f"p99 {spread([p.p99 / p.echo.p99 for p in phases if p.echo is not None], 1)}"
+            )
     ratio_ok = False  # until the issue's pair is measured and within the target
     for low, high in rate_pairs(rates):
         ratios = []
@@ -366,6 +419,25 @@ async def main(args: argparse.Namespace) -> int:
             asyncio.create_task(read_results(results, readers)),
             asyncio.create_task(read_finals(aggregates, readers)),
         ]
+        echo_in, echo_out = f"{tag}-echo-in", f"{tag}-echo-out"
+        admin = AIOKafkaAdminClient(bootstrap_servers=broker.bootstrap)
+        await admin.start()
+        try:
+            await admin.create_topics(
+                [NewTopic(echo_in, PARTITIONS, 1), NewTopic(echo_out, PARTITIONS, 1)]
+            )
+        finally:
+            await admin.close()
+        echo_results = await stream_bench.fresh_consumer(broker.bootstrap, echo_out, **options)
+        echo_readers = Readers()
+        tasks.append(asyncio.create_task(read_results(echo_results, echo_readers)))
+        wait = settings.stream.fetch_max_wait or 1.5  # the worker's (None: Faust's 1.5 s)
+        command = [sys.executable, __file__, "--echo-loop", broker.bootstrap, echo_in, echo_out]
+        echo = subprocess.Popen(
+            [*command, str(round(wait * 1000))],
+            stdout=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         log_path = Path(args.worker_log or Path(tmp) / "worker.log")
         with log_path.open("wb") as out:
             worker = subprocess.Popen(
@@ -381,6 +453,9 @@ async def main(args: argparse.Namespace) -> int:
             if not await wait_ready(producer, names.input, envelopes, readers, worker):
                 print("the worker did not answer; its log ends:")
                 print("\n".join(log_path.read_text(errors="replace").splitlines()[-15:]))
+                return 1
+            if not await wait_ready(producer, echo_in, envelopes, echo_readers, echo):
+                print("the baseline loop did not answer")
                 return 1
             await asyncio.sleep(2.0)
             for index in range(args.rounds):
@@ -404,11 +479,32 @@ async def main(args: argparse.Namespace) -> int:
                         f"{[round(d, 2) for d in phase.final_delays]}",
                         flush=True,
                     )
+                    if args.baseline_seconds > 0:
+                        phase.echo = await run_phase(
+                            producer,
+                            echo_in,
+                            envelopes,
+                            echo_readers,
+                            echo,
+                            rate,
+                            args.baseline_seconds,
+                            args.grace,
+                            finals=False,
+                        )
+                        print(
+                            f"  baseline loop: p50 {phase.echo.p50:,.0f} ms, p99 "
+                            f"{phase.echo.p99:,.0f} ms, behind {phase.echo.behind:.1f} s",
+                            flush=True,
+                        )
                     phases.append(phase)
                 rounds.append(phases)
         finally:
             for task in tasks:
                 task.cancel()
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(echo.pid, signal.SIGKILL)
+            echo.wait(10)
+            await echo_results.stop()
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(worker.pid, signal.SIGTERM)
             try:
@@ -442,8 +538,26 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="run the worker from this checkout (e.g. main's, for figures before a change)",
     )
     parser.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
+    parser.add_argument(
+        "--baseline-seconds",
+        type=float,
+        default=20.0,
+        help="seconds the baseline loop is sent each rate after the worker (0: none)",
+    )
+    parser.add_argument(
+        "--echo-loop",
+        nargs=4,
+        metavar=("BOOTSTRAP", "SOURCE", "SINK", "FETCH_WAIT_MS"),
+        help=argparse.SUPPRESS,  # the baseline's own process
+    )
     return parser.parse_args(argv)
 
 
 if __name__ == "__main__":
-    sys.exit(asyncio.run(main(parse_args())))
+    arguments = parse_args()
+    if arguments.echo_loop:
+        bootstrap, source, sink, wait_ms = arguments.echo_loop
+        with contextlib.suppress(KeyboardInterrupt):
+            asyncio.run(echo_loop(bootstrap, source, sink, int(wait_ms)))
+        sys.exit(0)
+    sys.exit(asyncio.run(main(arguments)))

@@ -129,6 +129,25 @@ async def test_score_agent_publishes_one_result_keyed_by_suite_and_id(harness: H
     assert result["source"]["offset"] == 0
 
 
+async def test_a_live_batch_lets_the_next_one_begin_while_it_finishes(harness: Harness) -> None:
+    # Live traffic (batches far from score_batch_size): the next batch is begun (marked,
+    # handed to the children) while this one's results are published and folded, so a
+    # case does not wait for the batch before it (issue 25, result latency).
+    stage = harness.scorer.scoring
+    begin_batch = stage.begin_batch
+    begun: list[Any] = []
+
+    def recorded(events: list[Any]) -> Any:
+        batch = begin_batch(events)
+        begun.append(batch)
+        return batch
+
+    stage.begin_batch = recorded  # type: ignore[method-assign]
+    await harness.score([(SAFE_CASE, b"c1")])
+    assert len(begun[0].events) < harness.scorer.settings.stream.score_batch_size
+    assert not begun[0].alone
+
+
 @pytest.mark.parametrize(
     ("raw", "reason"),
     [

@@ -70,6 +70,45 @@ async def test_a_batch_that_is_not_full_comes_after_its_wait() -> None:
     stop(stream)
 
 
+async def test_events_that_waited_for_the_batch_before_are_not_held_for_the_wait_again() -> None:
+    # Replayed on an injected clock: "a" and "b" reach the stage at t = 0 while the held
+    # batch keeps the next from filling; the batch before is finished at t = 5 (past the
+    # 1 s wait), so the next batch is handed over at once, not 1 s after it was asked for.
+    now = [0.0]
+    stream = Stream()
+    batches = take_held_batches(stream, 100, within=1.0, clock=lambda: now[0])
+    stream.queue.put_nowait("x")
+    first = await anext(batches)  # after its real 1 s wait: nothing advanced the clock
+    for value in "ab":
+        stream.queue.put_nowait(value)
+    await settle()
+    assert stream.drained == ["x", "a"]  # "a" waits in the processor: "x" is held
+    now[0] = 5.0
+    await first.acknowledge()
+    loop = asyncio.get_running_loop()
+    asked = loop.time()
+    second = await asyncio.wait_for(anext(batches), 0.5)
+    assert [e.value for e in second.events] == ["a", "b"]
+    assert loop.time() - asked < 0.5
+    await batches.aclose()
+    stop(stream)
+
+
+async def test_a_batch_whose_events_just_arrived_still_waits_for_more() -> None:
+    now = [0.0]  # the clock stands still: the first event of the batch arrived just now
+    stream = Stream()
+    batches = take_held_batches(stream, 100, within=0.2, clock=lambda: now[0])
+    stream.queue.put_nowait("a")
+    await settle()
+    taking = asyncio.ensure_future(anext(batches))
+    await asyncio.sleep(0.05)
+    stream.queue.put_nowait("b")  # joins: the batch is not due yet
+    batch = await taking
+    assert [e.value for e in batch.events] == ["a", "b"]
+    await batches.aclose()
+    stop(stream)
+
+
 @dataclass
 class Begun:
     events: list[Event]
@@ -117,6 +156,27 @@ async def test_the_next_batch_begins_while_one_finishes_and_they_finish_in_order
         "finished ef",
     ]
     assert stream.acked == list("abcdef")
+    stop(stream, task)
+
+
+async def test_live_batches_that_are_not_full_overlap_too() -> None:
+    # Live traffic: batches end on their wait, not full; "cd" arrives while "ab" is
+    # being finished and is begun then, not after "ab" finished.
+    stream = Stream()
+    stage = Recorder(stream, finish_seconds=0.3)
+    task = asyncio.ensure_future(
+        overlap_batches(take_held_batches(stream, 100, within=0.02), stage.begin, stage.finish)
+    )
+    for value in "ab":
+        stream.queue.put_nowait(value)
+    await asyncio.sleep(0.1)  # "ab" taken and finishing
+    for value in "cd":
+        stream.queue.put_nowait(value)
+    await asyncio.sleep(0.1)
+    assert stage.log == ["begin ab", "finishing ab (acked )", "begin cd"]
+    await asyncio.sleep(0.6)
+    assert stage.log[-1] == "finished cd"
+    assert stream.acked == list("abcd")
     stop(stream, task)
 
 

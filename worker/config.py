@@ -209,6 +209,7 @@ class StreamSettings(Section):
     # contribution record per suite|segment per batch. Under a backlog 500 spent a third
     # of 200's time waiting for marks and counted SAFE and extraction faster on Tansu.
     score_batch_size: int = Field(default=500, ge=1)
+    # The score stage takes a batch that is not full this long after its first case came.
     score_batch_wait: Duration = 0.05
     # Child processes that score SAFE and extraction cases under limits.scoring_deadline.
     scoring_processes: int = Field(default=1, ge=1)

@@ -101,9 +101,9 @@ class ScoreStage:
         sources = [source_position(event) for event in events]
         careful, event_of = self._mark_batch(events, sources)
         batch = _Batch(events, event_of, careful, Contributions(self.folding, self.fold_from))
-        # Only a full batch (the stage is behind) overlaps the next one: live traffic is
-        # taken a batch at a time, as it comes.
-        batch.overlaps = not careful and len(events) >= self.settings.stream.score_batch_size
+        # The next batch fills and begins while this one finishes (live traffic too: a
+        # case does not wait for the batch before it to be published and folded).
+        batch.overlaps = not careful
         for event, source in zip(events, sources, strict=True):
             key = _guard_key(source)
             if (

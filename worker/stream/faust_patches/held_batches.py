@@ -7,10 +7,16 @@ start on batch N+1 before batch N is done without letting N be committed unfinis
 `take_held_batches` hands over each batch as a `HeldBatch` that is acknowledged only by
 its `acknowledge()`; once its holder calls `let_next_fill()` the next batch fills while
 it is held (before that, as with `take_events`, it does not), and at most `max_held` are
-handed over unacknowledged (the next one waits). Faust commits an offset only when
-every offset before it is acknowledged, so a batch is never committed past one that is
-still held, whatever order they are acknowledged in. Batches still held when the
-iteration ends are acknowledged then, as `take_events` acknowledges the batch in hand.
+handed over unacknowledged (the next one waits). A batch that is not full is handed over
+at the latest `within` seconds after its first event reached the stage (`take_events`
+waits `within` from when it is asked for the batch, so events that filled while the
+batch before was being processed waited twice), and no sooner than `settle` seconds
+after it is asked for, so that what the stream has in hand by then joins it.
+
+Faust commits an offset only when every offset before it is acknowledged, so a batch is
+never committed past one that is still held, whatever order they are acknowledged in.
+Batches still held when the iteration ends are acknowledged then, as `take_events`
+acknowledges the batch in hand.
 
 Uses the `Stream` hooks `take_batches` uses (`add_processor`, `_processors`,
 `_enable_passive`, `enable_acks`, `ack`, `current_event`, `wait`, `wait_for_stopped`;
@@ -21,7 +27,8 @@ the next iteration only).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from faust.types import EventT
@@ -61,13 +68,22 @@ class HeldBatch:
         self._filling.set()
 
 
+SETTLE = 0.002  # seconds: what the stream has in hand joins a batch that is due at once
+
+
 async def take_held_batches(
-    stream: Any, max_size: int, within: float, max_held: int = 2
+    stream: Any,
+    max_size: int,
+    within: float,
+    max_held: int = 2,
+    clock: Callable[[], float] = time.monotonic,
+    settle: float = SETTLE,
 ) -> AsyncIterator[HeldBatch]:
     """Batches of at most `max_size` events of a Faust stream, handed over when full or
-    when `within` seconds passed with events in hand, each acknowledged by its holder;
-    at most `max_held` unacknowledged at a time."""
+    `within` seconds (by `clock`) after the first of them reached the stage, each
+    acknowledged by its holder; at most `max_held` unacknowledged at a time."""
     events: list[EventT] = []
+    arrived: float | None = None  # when the first event not handed over reached the stage
     full = asyncio.Event()  # the buffer holds `max_size` events
     room = asyncio.Event()  # the buffer is below `max_size`
     room.set()
@@ -77,6 +93,9 @@ async def take_held_batches(
     held: list[HeldBatch] = []
 
     async def collect(value: Any) -> Any:
+        nonlocal arrived
+        if arrived is None:
+            arrived = clock()
         while any(batch.exclusive for batch in held):
             filling.clear()
             await stream.wait(filling)
@@ -98,11 +117,15 @@ async def take_held_batches(
                     released.clear()
                     await stream.wait_for_stopped(released, timeout=within)
                     continue
-                await stream.wait_for_stopped(full, timeout=within)
+                # events in hand: due `within` after the first reached the stage (they may
+                # have waited for the batch before); none: at most `within` from now
+                due = within if not events or arrived is None else arrived + within - clock()
+                await stream.wait_for_stopped(full, timeout=max(due, settle))
                 if not events:
                     continue
                 batch = HeldBatch(stream, list(events), released, filling)
                 events.clear()
+                arrived = None
                 full.clear()
                 room.set()
                 held.append(batch)
