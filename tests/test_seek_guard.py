@@ -9,7 +9,7 @@ from typing import Any
 from aiokafka import TopicPartition
 from aiokafka.errors import IllegalStateError
 
-from worker.stream.faust_patches.seek_guard import guard_seek
+from worker.stream.faust_patches.seek_guard import guard_seek, start_offsets
 
 
 class FakeConsumer:
@@ -55,13 +55,17 @@ async def test_the_flow_stops_before_the_seek_and_uncommitted_inputs_start_over(
         "seek_to_committed",
         ("seek", {INPUT[1]: 5, INPUT[2]: 10}),  # to their earliest offsets; never the changelog
     ]
+    # Where the stream partitions' reading starts, for the score stage's progress.
+    assert start_offsets(consumer) == {INPUT[0]: 12, INPUT[1]: 5, INPUT[2]: 10}
 
 
 async def test_with_latest_reset_uncommitted_partitions_stay_where_they_are() -> None:
     consumer = FakeConsumer({INPUT[0]: None}, reset="latest")
+    assert start_offsets(consumer) == {}  # before the first seek
     guard_seek(consumer, {"in"})
     await consumer.seek_to_committed()
     assert consumer.calls == ["stop_flow", "seek_to_committed"]
+    assert start_offsets(consumer) == {}  # not known: reading starts at the end
 
 
 async def test_a_partition_taken_away_during_the_seek_is_not_rewound() -> None:

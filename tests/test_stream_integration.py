@@ -3,6 +3,7 @@ windowed aggregates equal to the offline report, and gates."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -25,6 +26,7 @@ from tests.streamkit import (
     write_config,
 )
 from worker.ops.broker import EmbeddedBroker
+from worker.scoring_pool import ScoringPool
 
 pytestmark = pytest.mark.integration
 
@@ -223,6 +225,33 @@ async def test_final_aggregates_equal_the_offline_report(
 
 
 async def test_gate_fires_on_a_drop_and_resolves_on_recovery(broker: EmbeddedBroker) -> None:
+    await gate_fires_on_history(broker)
+
+
+async def test_history_in_hand_while_scoring_starts_is_not_late(
+    broker: EmbeddedBroker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """History already on the input topic is fetched (the consumer's position passes it)
+    and taken by the score stage while the scoring child is still busy, as when it starts
+    on a loaded machine: its partitions must not follow the wall clock meanwhile, or the
+    windows of that history close before it is counted and the gate never fires."""
+    score_records = ScoringPool.score_records
+    held = asyncio.Event()
+
+    async def slow_first_chunk(pool: ScoringPool, records: Any) -> Any:
+        if not held.is_set():
+            held.set()
+            await asyncio.sleep(4.0)  # several ticks past the 1 s idle timeout
+        return await score_records(pool, records)
+
+    monkeypatch.setattr(ScoringPool, "score_records", slow_first_chunk)
+    await gate_fires_on_history(broker)
+    assert held.is_set()
+
+
+async def gate_fires_on_history(broker: EmbeddedBroker) -> None:
+    """A minute of failing SAFE cases, then a minute of passing ones, both on the input
+    topic before the worker starts: the gate fires on the first and resolves on the second."""
     gate = {
         "name": "safe-pass-rate",
         "suite": "safe",

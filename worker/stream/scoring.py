@@ -30,6 +30,7 @@ from worker.stream.context import (
 )
 from worker.stream.faust_patches.held_batches import take_held_batches
 from worker.stream.faust_patches.internals import kafka_consumer, stream_offsets
+from worker.stream.faust_patches.seek_guard import start_offsets
 from worker.stream.inflight import InflightGuard
 from worker.stream.overlap import overlap_batches
 from worker.stream.publish import Contributions, Folding, OutputTooLarge
@@ -496,8 +497,8 @@ class ScoreStage:
             clock = self.clocks.get(tp.partition)
             if clock is None:
                 clock = self.clocks[tp.partition] = PartitionClock(quiet_since=now)
-            if not clock.observed:  # nothing read since the assignment: where it stands
-                clock.next_offset = await self._position(tp)
+            if not clock.observed:  # nothing finished since the assignment
+                clock.next_offset = self._start_offset(tp)
             try:
                 highwater = consumer.highwater(tp)
             except Exception:  # revoked meanwhile (a rebalance): the next tick sees it
@@ -526,13 +527,14 @@ class ScoreStage:
             return None
         return len(partitions) if partitions else None
 
-    async def _position(self, tp: TP) -> int | None:
-        """The next offset to read from `tp` (None when the broker did not say)."""
-        try:
-            return await self.app.consumer.position(tp)
-        except Exception:  # not answered yet: not caught up, try on the next tick
-            log.debug("no position for %s yet", tp, exc_info=True)
-            return None
+    def _start_offset(self, tp: TP) -> int | None:
+        """Where this worker's reading of `tp` started after the assignment (the seek
+        guard's record: the group's committed offset, or the earliest with none). Not
+        the consumer's position: the fetcher moves that past records the stage holds but
+        has not finished, e.g. while the scoring child starts on a loaded machine, and
+        those would turn late if the partition followed the wall clock. None before the
+        seek: not caught up."""
+        return start_offsets(self.app.consumer).get(tp)
 
 
 @dataclass

@@ -46,9 +46,10 @@ def check_event_time(event_time: float, now: float, max_future_skew: float) -> f
 class PartitionClock:
     """Event-time progress of one input partition, as its reader sees it.
 
-    `next_offset` is the offset after the last record read (before any: the consumer's
-    position, where reading starts); `quiet_since` the wall time of the last record read,
-    or of the assignment.
+    `next_offset` is the offset after the last record read (before any: where reading
+    starts, the group's committed offset, never the fetcher's position, which runs ahead
+    of what was read); `quiet_since` the wall time of the last record read, or of the
+    assignment.
     """
 
     quiet_since: float

@@ -12,7 +12,10 @@ the length of the seek, so Apache Kafka is exposed too).
 window (Faust resumes the flow right after it empties the queues), and rewinds the stream
 partitions that have no committed offset to their beginning, as a new consumer with
 `auto_offset_reset: earliest` starts (aiokafka leaves those positions where they are, which
-may be past records that were fetched and dropped).
+may be past records that were fetched and dropped). It records where each stream
+partition's reading starts after the seek (`start_offsets`): the score stage needs it to
+tell whether it has read a partition up to its end before it finished any of its records
+(the consumer's position runs ahead, past records fetched but not yet finished).
 
 Patches: the Faust consumer's `seek_to_committed` (in place, on the instance).
 Upstream: no issue found for this case (the fetcher running through the seek of Faust's
@@ -27,12 +30,23 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from typing import Any
+from weakref import WeakKeyDictionary
 
 from aiokafka.errors import IllegalStateError
 
 log = logging.getLogger("scorestream")
 
 SeekToCommitted = Callable[[], Awaitable[Mapping[Any, int | None]]]
+
+# consumer -> the offset each of its stream partitions is read from since the last seek
+_STARTS: WeakKeyDictionary[Any, dict[Any, int]] = WeakKeyDictionary()
+
+
+def start_offsets(consumer: Any) -> Mapping[Any, int]:
+    """Where reading of each assigned stream partition started at the consumer's last
+    seek: its committed offset, or its earliest where none was committed (with
+    `auto_offset_reset: latest` those are not known). Empty before the first seek."""
+    return _STARTS.get(consumer, {})
 
 
 def guard_seek(consumer: Any, stream_topics: Collection[str]) -> None:
@@ -44,6 +58,10 @@ def guard_seek(consumer: Any, stream_topics: Collection[str]) -> None:
     async def guarded() -> Mapping[Any, int | None]:
         consumer.stop_flow()  # Faust resumes the flow once the seek is done
         committed = await seek_to_committed()
+        starts = {
+            tp: int(offset) for tp, offset in committed.items() if offset and tp.topic in topics
+        }
+        _STARTS[consumer] = starts
         if rewind_uncommitted:
             fresh = [tp for tp, offset in committed.items() if not offset and tp.topic in topics]
             if fresh:
@@ -58,6 +76,7 @@ def guard_seek(consumer: Any, stream_topics: Collection[str]) -> None:
                 targets = {tp: earliest.get(tp, 0) for tp in fresh if tp in assigned}
                 try:
                     await consumer.seek_wait(targets)
+                    starts.update(targets)
                 except IllegalStateError as exc:
                     log.info("rewind skipped, the assignment changed during it: %s", exc)
         return committed
@@ -65,4 +84,4 @@ def guard_seek(consumer: Any, stream_topics: Collection[str]) -> None:
     consumer.seek_to_committed = guarded
 
 
-__all__ = ["guard_seek"]
+__all__ = ["guard_seek", "start_offsets"]
