@@ -1,17 +1,25 @@
 """Result and window-final latency at a fixed SAFE rate (issue 25, item 3).
 
     .venv/bin/python bench/latency.py [--rates 300,1500] [--seconds 70] [--rounds 3]
-        [--grace 1] [--worker-code /path/to/another/checkout]
+        [--grace 1] [--baseline-seconds S] [--timeline] [--worker-code DIR]
 
-One `scorestream worker` process on the embedded Tansu broker (its default windows, 60 s
-tumbling and 1 h / 5 min hopping per model and for all cases; `--grace` and a 1 s
-`idle_timeout`; Tansu's stream settings; 4 partitions). Each round sends SAFE envelopes
-at each rate for `--seconds` seconds, paced evenly, each stamped `ts` = the moment it is
-sent, and reads results and aggregates back as they arrive (the readers ask the broker to
-answer within 20 ms). Between rates the input rests until every result arrived.
+Each rate of each round runs on its own embedded Tansu broker, started fresh: one
+`scorestream worker` process (its default windows, 60 s tumbling and 1 h / 5 min hopping
+per model and for all cases; `--grace` and a 1 s `idle_timeout`; Tansu's stream
+settings; 4 partitions) is sent SAFE envelopes at the rate for `--seconds` seconds, paced
+evenly, each stamped `ts` = the moment it is sent (the bench's producer lingers 5 ms, as
+librdkafka's and the Java client's defaults do), and results and aggregates are read back
+as they arrive (the readers ask the broker to answer within 20 ms).
+
+Why a fresh broker each time: Tansu's memory engine lists every batch a partition ever
+stored on each fetch that returns records (`tansu-storage/src/dynostore.rs`, `fetch`),
+so its CPU grows with the run's history (at 300/s from about 35 % to 90 % of a core over
+70 s) and every client on it slows, the baseline loop's too. Kafka finds an offset by
+its index. On one broker for the whole run, later rates measured the broker's history.
 
 Figures per rate and round:
-- result latency p50 / p99: produce -> result read back, in ms;
+- result latency p50 / p99: produce -> result read back, in ms (`--timeline`: the p99 of
+  each 5 s of sending too, '|' where a window's final fell due);
 - behind: the last result read back - the last case sent, in s (more than a fraction of
   a second: the worker did not keep up with the rate, and both latencies measure its
   backlog);
@@ -20,14 +28,16 @@ Figures per rate and round:
   only pass end + grace once a case stamped after it was read, so this includes that
   case's own trip), min / median / max in s; in brackets, how long after its cases the
   final arrived: after the first result stamped at or past end + grace was read back on
-  every input partition (what the watermark's own path adds, without the cases' trip).
+  every input partition (what the watermark's own path adds, without the cases' trip);
+- the broker's CPU (share of a core) in each 10 s of sending.
 
-Baseline (`--baseline-seconds`, 0 for none): after the worker at each rate, a plain
-aiokafka consume -> produce loop in its own process (`--echo-loop`: the worker's fetch
-wait and linger, its own input and result topics of the same partitions on the same
-Tansu, read back by the same readers) echoes each envelope at the same rate; its p50 /
-p99 are what the broker, the clients and the machine alone cost, printed beside the
-worker's.
+Baseline (`--baseline-seconds`, as long as the worker's phase by default, 0 for none):
+after the worker at each rate, with the worker stopped, a plain aiokafka consume ->
+produce loop in its own process (`--echo-loop`: the worker's fetch wait and linger, its
+own input and result topics of the same partitions on the same broker, read back by the
+same readers) echoes each envelope at the same rate; its p50 / p99 are what the broker,
+the clients and the machine alone cost, printed beside the worker's, and its own p99
+ratio between the rates is printed beside the worker's.
 
 The summary gives, over rounds (min / median / max), the p99 of each rate and whether
 the worker kept it (every round's last result at most 1 s after the last case sent), the
@@ -72,6 +82,9 @@ from worker.ops.broker import EmbeddedBroker  # noqa: E402
 
 PARTITIONS = stream_bench.PARTITIONS
 READ_WAIT_MS = 20  # the readers' fetch wait (Tansu answers late in the wait)
+# The bench's producer batches as librdkafka's and (since Kafka 4.0) the Java client's
+# default `linger.ms` does: a record waits at most 5 ms for others to the same partition.
+PRODUCER_LINGER_MS = 5
 STARTUP_S = 180.0
 DRAIN_S = 120.0  # the longest to wait for the last results of a rate
 RATIO_TARGET = 3.0  # p99(1,500/s) / p99(300/s)
@@ -95,6 +108,21 @@ class Phase:
     worker_cpu: float = math.nan  # seconds of the worker's process tree
     behind: float = math.nan  # the last result read back - the last case sent, in s
     echo: Phase | None = None  # the baseline loop at the same rate
+    by_send: list[tuple[float, float]] = field(default_factory=list)  # (s after start, ms)
+    closes: list[float] = field(default_factory=list)  # s after start a window's end + grace passed
+    broker_cpu: list[float] = field(default_factory=list)  # share of a core, each 10 s sent
+
+    def timeline(self, slice_s: float = 5.0) -> str:
+        """The p99 in ms of the cases sent in each `slice_s` of the phase, '|' before
+        the slice in which a window's end + grace passed (its final was due)."""
+        slices: dict[int, list[float]] = {}
+        for offset, latency in self.by_send:
+            slices.setdefault(int(offset // slice_s), []).append(latency)
+        due = {int(offset // slice_s) for offset in self.closes}
+        return " ".join(
+            ("|" if index in due else "") + f"{stream_bench.percentile(slices[index], 99):,.0f}"
+            for index in sorted(slices)
+        )
 
     @property
     def p50(self) -> float:
@@ -214,10 +242,18 @@ async def run_phase(
     seconds: float,
     grace: float,
     finals: bool = True,
+    broker_pid: int | None = None,
 ) -> Phase:
     phase = Phase(rate)
     cpu_before = peer.tree_cpu(worker.pid)
-    await send_at_rate(producer, topic, envelopes, phase, seconds)
+    sampling = None
+    if broker_pid is not None:
+        sampling = asyncio.create_task(sample_cpu(broker_pid, phase.broker_cpu))
+    try:
+        await send_at_rate(producer, topic, envelopes, phase, seconds)
+    finally:
+        if sampling is not None:
+            sampling.cancel()
     deadline = time.time() + DRAIN_S
     while time.time() < deadline and not all(ident in readers.results for ident in phase.sent):
         await asyncio.sleep(0.2)
@@ -232,6 +268,7 @@ async def run_phase(
             missing += 1
         else:
             phase.latencies_ms.append((read - sent) * 1000)
+            phase.by_send.append((sent - phase.start, (read - sent) * 1000))
             last_read = max(last_read, read)
     phase.behind = last_read - phase.end
     if missing:
@@ -242,11 +279,22 @@ async def run_phase(
         closes = start_ms / 1000 + 60 + grace
         if not phase.start < closes < phase.end:
             continue
+        phase.closes.append(closes - phase.start)
         read = readers.finals.get(start_ms)
         phase.final_delays.append(math.inf if read is None else read - closes)
         counted = passing_cases_read(phase, readers, closes)
         phase.after_cases.append(math.inf if read is None else read - counted)
     return phase
+
+
+async def sample_cpu(pid: int, shares: list[float], every: float = 10.0) -> None:
+    """Append the share of a core `pid` used in each `every` seconds (until cancelled)."""
+    before = stream_bench.process_cpu(pid)
+    while True:
+        await asyncio.sleep(every)
+        now = stream_bench.process_cpu(pid)
+        shares.append((now - before) / every)
+        before = now
 
 
 def passing_cases_read(phase: Phase, readers: Readers, closes: float) -> float:
@@ -346,6 +394,14 @@ def report(rounds: list[list[Phase]], rates: list[float]) -> bool:
             f"  p99 ratio {high:,.0f}/s over {low:,.0f}/s ({high / low:g}x the rate"
             f"{'' if high in kept else ', not kept'}): {spread(ratios, 2)}{verdict}"
         )
+        echo_ratios = []
+        for phases in rounds:
+            echoes = {phase.rate: phase.echo for phase in phases}
+            low_echo, high_echo = echoes[low], echoes[high]
+            if low_echo is not None and high_echo is not None:
+                echo_ratios.append(high_echo.p99 / low_echo.p99)
+        if echo_ratios:
+            print(f"    the baseline loop's own p99 ratio: {spread(echo_ratios, 2)}")
     if TARGET_RATES[1] not in kept:
         print(
             f"  the issue's ratio ({TARGET_RATES[0]:,.0f} -> {TARGET_RATES[1]:,.0f}/s) was not "
@@ -394,11 +450,34 @@ async def main(args: argparse.Namespace) -> int:
     rates = [float(rate) for rate in args.rates.split(",")]
     print(
         f"SAFE at {', '.join(f'{r:,.0f}' for r in rates)}/s for {args.seconds:g}s each, "
-        f"{args.rounds} rounds, grace {args.grace:g}s",
+        f"{args.rounds} rounds, grace {args.grace:g}s; each rate on a fresh broker and worker",
         flush=True,
     )
     started = time.time()
     rounds: list[list[Phase]] = []
+    for index in range(args.rounds):
+        order = rates if index % 2 == 0 else list(reversed(rates))
+        phases = []
+        for rate in order:
+            print(f"round {index + 1}/{args.rounds}: {rate:,.0f}/s ...", flush=True)
+            phase = await measure_rate(args, rate)
+            if phase is None:
+                return 1
+            phases.append(phase)
+        rounds.append(phases)
+    passed = report(rounds, rates)
+    print(f"\ntotal {time.time() - started:.0f}s; targets {'met' if passed else 'NOT met'}")
+    return 0 if passed or not args.strict else 1
+
+
+async def measure_rate(args: argparse.Namespace, rate: float) -> Phase | None:
+    """One rate on its own embedded broker: the worker (started first, then sent the
+    rate), then, with the worker stopped, the baseline loop at the same rate. A fresh
+    broker each time, because Tansu's memory engine lists every batch a partition has
+    stored on each fetch that returns records (tansu-storage `dynostore.rs`, `fetch`):
+    on a broker that already carried earlier rates, every client, the baseline's too,
+    is slower, and a later rate would measure the broker's history rather than the rate.
+    None when the worker or the loop did not start."""
     with EmbeddedBroker() as broker, tempfile.TemporaryDirectory() as tmp:
         tag = f"lat{time.time_ns()}"
         config: dict[str, Any] = peer.system_config(tag, args.grace)
@@ -412,7 +491,9 @@ async def main(args: argparse.Namespace) -> int:
         aggregates = await stream_bench.fresh_consumer(
             broker.bootstrap, names.aggregates, **options
         )
-        producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=2)
+        producer = AIOKafkaProducer(
+            bootstrap_servers=broker.bootstrap, linger_ms=PRODUCER_LINGER_MS
+        )
         await producer.start()
         readers = Readers()
         tasks = [
@@ -449,75 +530,87 @@ async def main(args: argparse.Namespace) -> int:
             )
         envelopes = Envelopes(tag)
         try:
-            print("starting the worker ...", flush=True)
             if not await wait_ready(producer, names.input, envelopes, readers, worker):
                 print("the worker did not answer; its log ends:")
                 print("\n".join(log_path.read_text(errors="replace").splitlines()[-15:]))
-                return 1
+                return None
             if not await wait_ready(producer, echo_in, envelopes, echo_readers, echo):
                 print("the baseline loop did not answer")
-                return 1
+                return None
             await asyncio.sleep(2.0)
-            for index in range(args.rounds):
-                order = rates if index % 2 == 0 else list(reversed(rates))
-                phases = []
-                for rate in order:
-                    print(f"round {index + 1}/{args.rounds}: {rate:,.0f}/s ...", flush=True)
-                    phase = await run_phase(
-                        producer,
-                        names.input,
-                        envelopes,
-                        readers,
-                        worker,
-                        rate,
-                        args.seconds,
-                        args.grace,
-                    )
-                    print(
-                        f"  p50 {phase.p50:,.0f} ms, p99 {phase.p99:,.0f} ms, behind "
-                        f"{phase.behind:.1f} s, final delays "
-                        f"{[round(d, 2) for d in phase.final_delays]}",
-                        flush=True,
-                    )
-                    if args.baseline_seconds > 0:
-                        phase.echo = await run_phase(
-                            producer,
-                            echo_in,
-                            envelopes,
-                            echo_readers,
-                            echo,
-                            rate,
-                            args.baseline_seconds,
-                            args.grace,
-                            finals=False,
-                        )
-                        print(
-                            f"  baseline loop: p50 {phase.echo.p50:,.0f} ms, p99 "
-                            f"{phase.echo.p99:,.0f} ms, behind {phase.echo.behind:.1f} s",
-                            flush=True,
-                        )
-                    phases.append(phase)
-                rounds.append(phases)
+            phase = await run_phase(
+                producer,
+                names.input,
+                envelopes,
+                readers,
+                worker,
+                rate,
+                args.seconds,
+                args.grace,
+                broker_pid=broker.process.pid if broker.process else None,
+            )
+            print(
+                f"  p50 {phase.p50:,.0f} ms, p99 {phase.p99:,.0f} ms, behind "
+                f"{phase.behind:.1f} s, final delays "
+                f"{[round(d, 2) for d in phase.final_delays]}",
+                flush=True,
+            )
+            if args.timeline:
+                print(f"  p99 ms by 5 s of sending: {phase.timeline()}", flush=True)
+            print(
+                "  the broker's CPU by 10 s of sending (share of a core): "
+                + " ".join(f"{share:.0%}" for share in phase.broker_cpu),
+                flush=True,
+            )
+            stop_process(worker, 30)
+            baseline_seconds = (
+                args.seconds if args.baseline_seconds is None else args.baseline_seconds
+            )
+            if baseline_seconds > 0:
+                phase.echo = await run_phase(
+                    producer,
+                    echo_in,
+                    envelopes,
+                    echo_readers,
+                    echo,
+                    rate,
+                    baseline_seconds,
+                    args.grace,
+                    finals=False,
+                )
+                print(
+                    f"  baseline loop: p50 {phase.echo.p50:,.0f} ms, p99 "
+                    f"{phase.echo.p99:,.0f} ms, behind {phase.echo.behind:.1f} s",
+                    flush=True,
+                )
+                if args.timeline:
+                    print(f"  its p99 ms by 5 s: {phase.echo.timeline()}", flush=True)
+            return phase
         finally:
             for task in tasks:
                 task.cancel()
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(echo.pid, signal.SIGKILL)
-            echo.wait(10)
+            stop_process(echo, 10, signal.SIGKILL)
             await echo_results.stop()
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(worker.pid, signal.SIGTERM)
-            try:
-                worker.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(worker.pid, signal.SIGKILL)
-                worker.wait(10)
+            stop_process(worker, 30)
             await producer.stop()
             await results.stop()
             await aggregates.stop()
-    passed = report(rounds, rates)
-    print(f"\ntotal {time.time() - started:.0f}s; targets {'met' if passed else 'NOT met'}")
-    return 0 if passed or not args.strict else 1
+
+
+def stop_process(
+    process: subprocess.Popen[bytes], timeout: float, first: int = signal.SIGTERM
+) -> None:
+    """Stop a process group started here (`first`, then SIGKILL after `timeout` s)."""
+    if process.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, first)
+    try:
+        process.wait(timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait(10)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -537,12 +630,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         type=Path,
         help="run the worker from this checkout (e.g. main's, for figures before a change)",
     )
+    parser.add_argument(
+        "--timeline",
+        action="store_true",
+        help="print each phase's p99 per 5 s of sending ('|': a window's final fell due)",
+    )
     parser.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
     parser.add_argument(
         "--baseline-seconds",
         type=float,
-        default=20.0,
-        help="seconds the baseline loop is sent each rate after the worker (0: none)",
+        help="seconds the baseline loop is sent each rate after the worker (default: as "
+        "long as the worker; 0: none)",
     )
     parser.add_argument(
         "--echo-loop",
