@@ -34,6 +34,7 @@ import time
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -69,6 +70,11 @@ def fill(unit: str, size: int) -> str:
     return (unit * (size // len(unit) + 1))[:size]
 
 
+def repeated_then(unit: str, tail: str, size: int) -> str:
+    """`unit` repeated to `size - len(tail)` characters, then `tail`."""
+    return fill(unit, size - len(tail)) + tail
+
+
 def text_size(factor: int, limit: int = TEXT_LIMIT) -> int:
     return limit * factor // 8
 
@@ -90,7 +96,7 @@ def extraction_scorer(payload: dict[str, Any], cot_required: bool = True) -> Cal
     spec = registry.find("extraction")
     assert spec is not None and spec.case_scorer is not None
     score = spec.case_scorer(spec.section(settings))
-    return lambda: score(record.payload)  # type: ignore[arg-type]
+    return lambda: score(record.payload)
 
 
 def response_case(name: str, make: Callable[[int], str], cot_required: bool = True) -> Case:
@@ -101,6 +107,11 @@ def response_case(name: str, make: Callable[[int], str], cot_required: bool = Tr
         )
 
     return Case("extraction", name, build)
+
+
+def relaxed_argument_lists(factor: int, matching: bool) -> Callable[[], Any]:
+    """The extraction scorer on `argument_lists` of `factor` ("source" as the text)."""
+    return extraction_scorer(argument_lists(factor, "source", matching))
 
 
 def argument_lists(factor: int, text: str, matching: bool) -> dict[str, Any]:
@@ -158,7 +169,7 @@ def extraction_cases() -> list[Case]:
             Case(
                 "extraction",
                 f"maximal argument lists, {label} (relaxed)",
-                lambda f, m=matching: extraction_scorer(argument_lists(f, "source", m)),
+                partial(relaxed_argument_lists, matching=matching),
             )
         )
     cases.append(
@@ -205,7 +216,7 @@ def safe_scorer(payload: dict[str, Any]) -> Callable[[], Any]:
     spec = registry.find("safe")
     assert spec is not None and spec.case_scorer is not None
     score = spec.case_scorer(spec.section(Settings()))
-    return lambda: score(record.payload)  # type: ignore[arg-type]
+    return lambda: score(record.payload)
 
 
 def safe_payload(terms: list[str], signals: list[str], summary: str) -> dict[str, Any]:
@@ -405,13 +416,11 @@ def alignment_cases() -> list[Case]:
         return traits.detect_verbosity(text), lexicon.score(text)
 
     cases = [
-        text_case(
-            "alignment", f"traits, MiniLM: {name}", per_turn_text, lambda n, u=unit: fill(u, n)
-        )
+        text_case("alignment", f"traits, MiniLM: {name}", per_turn_text, partial(fill, unit))
         for name, unit in trait_inputs.items()
     ]
     cases += [
-        text_case("alignment", f"trait cues: {name}", all_traits, lambda n, u=unit: fill(u, n))
+        text_case("alignment", f"trait cues: {name}", all_traits, partial(fill, unit))
         for name, unit in trait_inputs.items()
     ]
     cases += [
@@ -434,7 +443,7 @@ def alignment_cases() -> list[Case]:
                 "alignment",
                 f"safety: {pattern[:48]!r} repeated",
                 patterns.find,
-                lambda n, e=example: fill(e + " ", n),
+                partial(fill, example + " "),
                 group="safety: every shipped pattern repeated",
             )
         )
@@ -447,14 +456,12 @@ def alignment_cases() -> list[Case]:
                 "alignment",
                 f"safety: {beginning!r} repeated, then every example",
                 patterns.find,
-                lambda n, b=beginning: fill(b + " ", n - len(examples)) + examples,
+                partial(repeated_then, beginning + " ", examples),
                 group="safety: a frequent beginning repeated, then every example",
             )
         )
     for name, unit in {"{ repeated": "{", "{a repeated": "{a", "{} repeated": "{}"}.items():
-        cases.append(
-            text_case("alignment", f"judge answer: {name}", judge, lambda n, u=unit: fill(u, n))
-        )
+        cases.append(text_case("alignment", f"judge answer: {name}", judge, partial(fill, unit)))
     classifier = shipped_classifier()  # trained before forking: only classify is timed
     classifier_inputs: dict[str, Callable[[int], str]] = {
         "'crap ' repeated": lambda n: fill("crap ", n),

@@ -396,8 +396,8 @@ def report(rounds: list[list[Phase]], rates: list[float]) -> bool:
         )
         echo_ratios = []
         for phases in rounds:
-            echoes = {phase.rate: phase.echo for phase in phases}
-            low_echo, high_echo = echoes[low], echoes[high]
+            echo_of = {phase.rate: phase.echo for phase in phases}
+            low_echo, high_echo = echo_of[low], echo_of[high]
             if low_echo is not None and high_echo is not None:
                 echo_ratios.append(high_echo.p99 / low_echo.p99)
         if echo_ratios:

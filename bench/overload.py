@@ -330,9 +330,9 @@ async def overload(rounds: int, lead: float, broker: EmbeddedBroker | None = Non
     print(header)
     print("-" * len(header))
     medians: dict[tuple[str, float], float] = {}
-    for (mode, factor), outcomes in figures.items():
-        delays = [outcome.delay for outcome in outcomes]
-        shares = [outcome.sampled_out / max(1, outcome.turns) * 100 for outcome in outcomes]
+    for (mode, factor), runs in figures.items():
+        delays = [outcome.delay for outcome in runs]
+        shares = [outcome.sampled_out / max(1, outcome.turns) * 100 for outcome in runs]
         finite = [d for d in delays if not math.isnan(d)]
         medians[(mode, factor)] = statistics.median(finite) if finite else math.nan
         print(

@@ -36,7 +36,7 @@ EXAMPLES = REPO / "examples"
 def records(settings: Settings, suite: str, count: int) -> list[tuple[str, Any, int]]:
     lines = (EXAMPLES / suite / "envelopes.jsonl").read_bytes().splitlines()
     lines = [line for line in lines if line.strip()]
-    cases = []
+    cases: list[tuple[str, Any, int]] = []
     for index in range(count):
         line = lines[index % len(lines)]
         record = input_records.decode_record(line, settings.max_record_bytes, settings.limits)

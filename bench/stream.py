@@ -908,15 +908,15 @@ def summary(rounds: list[list[dict[str, Any]]]) -> bool:
     for rows in rounds:
         for row in rows:
             run: Run = row["worker"]
-            suite = figures.setdefault(row["suite"], {})
+            of_suite = figures.setdefault(row["suite"], {})
             base = row["baseline_rate"]
-            suite.setdefault("ratio", []).append(run.throughput / base)
-            suite.setdefault("agg ratio", []).append(run.aggregated_rate / base)
-            suite.setdefault("cpu ms", []).append(run.cpu_ms_per_case)
-            suite.setdefault("worker/s", []).append(run.throughput)
-            suite.setdefault("base/s", []).append(base)
+            of_suite.setdefault("ratio", []).append(run.throughput / base)
+            of_suite.setdefault("agg ratio", []).append(run.aggregated_rate / base)
+            of_suite.setdefault("cpu ms", []).append(run.cpu_ms_per_case)
+            of_suite.setdefault("worker/s", []).append(run.throughput)
+            of_suite.setdefault("base/s", []).append(base)
             if "classifier_ms" in row:
-                suite.setdefault("classifier share", []).append(classifier_share(row))
+                of_suite.setdefault("classifier share", []).append(classifier_share(row))
     print(f"\nover {len(rounds)} runs (min / median / max); targets judged on the median")
     passed = True
     for suite, values in figures.items():
