@@ -159,6 +159,26 @@ async def test_the_next_batch_begins_while_one_finishes_and_they_finish_in_order
     stop(stream, task)
 
 
+async def test_with_three_in_hand_two_batches_are_begun_while_one_finishes() -> None:
+    """`stream.score_batches_in_hand` 3: the children get batches N+1 and N+2 while
+    batch N is published; they still finish, and are acknowledged, in order."""
+    stream = Stream()
+    stage = Recorder(stream)
+    batches = take_held_batches(stream, 2, within=5.0, max_held=3)
+    task = asyncio.ensure_future(overlap_batches(batches, stage.begin, stage.finish, 3))
+    for value in "abcdefgh":
+        stream.queue.put_nowait(value)
+    await asyncio.sleep(0.03)  # ab finishing
+    assert stage.log == ["begin ab", "finishing ab (acked )", "begin cd", "begin ef"]
+    await asyncio.sleep(0.5)
+    finished = [entry for entry in stage.log if entry.startswith("finished")]
+    assert finished == ["finished ab", "finished cd", "finished ef", "finished gh"]
+    assert "finishing ef (acked abcd)" in stage.log
+    assert stage.log.index("begin gh") < stage.log.index("finished cd")  # ab done: room
+    assert stream.acked == list("abcdefgh")
+    stop(stream, task)
+
+
 async def test_live_batches_that_are_not_full_overlap_too() -> None:
     # Live traffic: batches end on their wait, not full; "cd" arrives while "ab" is
     # being finished and is begun then, not after "ab" finished.

@@ -132,3 +132,21 @@ def test_overlapped_batches_keep_a_crashed_range_ahead_of_them() -> None:
     assert marks[KEY]["ahead"]["first"] == 300
     assert guard.begin_batch(KEY, 200, 305)  # reaching it: record by record
     assert guard.is_suspect(KEY, 300) and not guard.is_suspect(KEY, 299)
+
+
+def test_three_batches_in_hand_are_all_covered_until_each_ends() -> None:
+    """`stream.score_batches_in_hand` 3: two batches begun while the first finishes; a
+    crash at any point sends every range still open record by record, and only those."""
+    marks: dict[str, Any] = {}
+    guard = InflightGuard(marks, limit=2)
+    for first in (0, 100, 200):
+        assert not guard.begin_batch(KEY, first, first + 99)
+    assert (marks[KEY]["first"], marks[KEY]["last"]) == (0, 299)
+    for finished, still_open in ((0, 100), (100, 200)):
+        guard.end(KEY)  # the oldest finished
+        restarted = InflightGuard(dict(marks), limit=2)  # the worker dies now
+        assert restarted.begin_batch(KEY, 0, 299)
+        assert not restarted.is_suspect(KEY, finished + 99)
+        assert all(restarted.is_suspect(KEY, o) for o in range(still_open, 300, 99))
+    guard.end(KEY)
+    assert marks[KEY]["done"] and marks[KEY]["reached"] == 299

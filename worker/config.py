@@ -211,6 +211,10 @@ class StreamSettings(Section):
     score_batch_size: int = Field(default=500, ge=1)
     # The score stage takes a batch that is not full this long after its first case came.
     score_batch_wait: Duration = 0.05
+    # Micro-batches the score stage has in hand: one finishing (published, folded), the
+    # others begun (marked, with the children). With two, under a backlog the loop waited
+    # for the children about a fifth of the time and the children for the loop.
+    score_batches_in_hand: int = Field(default=3, ge=1)
     # Child processes that score SAFE and extraction cases under limits.scoring_deadline.
     scoring_processes: int = Field(default=1, ge=1)
     aggregate_batch_wait: Duration = 0.2

@@ -5,9 +5,9 @@ in tests); the caller makes the marks durable (waits for the broker to acknowled
 before it processes anything.
 
 A micro-batch marks its offset range per input partition before it starts and as done
-when it ends: one or two writes per batch. A batch may begin while the batch before it
-still finishes (`worker/stream/overlap.py`): the mark then covers both ranges until the
-earlier one ends, so a crash while either runs sends both record by record. When a
+when it ends: one or two writes per batch. A batch may begin while batches before it
+still finish (`worker/stream/overlap.py`): the mark then covers all their ranges until
+the earliest ends, so a crash while any of them runs sends them all record by record. When a
 batch overlaps a range that was marked and never done, the worker died inside it, so
 that partition is processed record by record, each record marked first. A record whose
 own attempts exceed the limit (the worker died that often while processing it) is a

@@ -80,12 +80,15 @@ class ScoreStage:
     # ---------------------------------------------------------------- records
 
     async def agent(self, stream: Any) -> None:  # faust.Stream
-        """Micro-batches, overlapped (`overlap_batches`): the children score batch N+1
-        while batch N's results are published and folded."""
-        size = self.settings.stream.score_batch_size
-        wait = self.settings.stream.score_batch_wait
-        batches = take_held_batches(stream, size, wait)
-        await overlap_batches(batches, self.begin_batch, self.finish_batch)
+        """Micro-batches, overlapped (`overlap_batches`): the children score the batches
+        after batch N (`stream.score_batches_in_hand` in all) while batch N's results
+        are published and folded."""
+        settings = self.settings.stream
+        in_hand = settings.score_batches_in_hand
+        batches = take_held_batches(
+            stream, settings.score_batch_size, settings.score_batch_wait, max_held=in_hand
+        )
+        await overlap_batches(batches, self.begin_batch, self.finish_batch, in_hand)
 
     async def process_batch(self, events: list[EventT]) -> None:
         """Score a micro-batch in order (`begin_batch`, then `finish_batch`)."""
