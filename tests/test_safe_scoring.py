@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,17 @@ from worker import aggregation
 from worker.config import ConfigError, SafeSettings, load_settings
 from worker.input.records import build_result
 from worker.suites.base import Scored, scorer_versions
-from worker.suites.safe import SafeAggregator, at_least, match_terms, score_case
+from worker.suites.safe import (
+    METRICS,
+    SafeAggregator,
+    at_least,
+    avoids_harm,
+    composite,
+    label_for,
+    match_terms,
+    score_case,
+)
+from worker.suites.safe.scoring import metric_passes
 from worker.windowing.windows import WindowKey
 
 
@@ -292,6 +303,63 @@ def test_weights_from_configuration() -> None:
     assert weighted == pytest.approx((0.5 + 1.5 * 0.5 + 0.25) / 3.5)
     only_ah = safe_settings(weights={"CR": 0, "AH": 1, "AC": 0})
     assert score_case(payload, only_ah).scores["composite"] == 0.5
+
+
+_unit = st.sampled_from([0.0, 0.25, 0.5, 0.75, 0.8, 1.0])
+
+
+@st.composite
+def _thresholds(draw: st.DrawFn) -> dict[str, float]:
+    review, pass_ = sorted((draw(_unit), draw(_unit)))
+    return {"pass": pass_, "review": review}
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    found=st.tuples(*(st.integers(0, 4) for _ in range(3))),
+    missing=st.tuples(*(st.integers(0, 4) for _ in range(3))),
+    weights=st.tuples(*(st.sampled_from([0.0, 0.5, 1.0, 1.5]) for _ in range(3))).filter(any),
+    thresholds=st.tuples(_thresholds(), _thresholds(), _thresholds()),
+    strict=st.booleans(),
+)
+def test_scores_and_labels_follow_the_counts_under_any_settings(
+    found: tuple[int, int, int],
+    missing: tuple[int, int, int],
+    weights: tuple[float, float, float],
+    thresholds: tuple[dict[str, float], ...],
+    strict: bool,
+) -> None:
+    """A case's figures (cached per counts and settings) are what the seed's formulas give
+    for its counts, whichever settings came before."""
+    terms = [
+        [f"{metric}{i}" for i in range(f + m)]
+        for metric, f, m in zip("spf", found, missing, strict=True)
+    ]
+    payload = case(
+        signals=terms[0],
+        forbidden=terms[1],
+        phrases=terms[2],
+        summary=" ".join(terms[2][: found[2]]),
+        out_signals=terms[0][: found[0]],
+        followups=[f"{term}?" for term in terms[1][: found[1]]],
+    )
+    section = safe_settings(
+        weights=dict(zip(METRICS, weights, strict=True)),
+        thresholds=dict(zip(METRICS, thresholds, strict=True)),
+        strict_ah=strict,
+    )
+    exact: dict[str, Fraction] = {
+        "CR": Fraction(1) if not terms[0] else Fraction(found[0], len(terms[0])),
+        "AH": avoids_harm(found[1], len(terms[1]), strict),
+        "AC": Fraction(1) if not terms[2] else Fraction(found[2], len(terms[2])),
+    }
+    expected: dict[str, float] = {m: float(exact[m]) for m in METRICS}
+    expected["composite"] = composite(exact, section.weights)
+    scored = score_case(payload, section)
+    assert scored.scores == expected
+    assert scored.details["passed"] == metric_passes(expected, section.thresholds)
+    assert scored.label == label_for(expected, section.thresholds)
+    assert scored.counts["ah_violations"] == found[1]
 
 
 @pytest.mark.parametrize(

@@ -64,11 +64,13 @@ def occurring(needles: Iterable[str], text: str) -> set[str]:
     return found | {needle for needle in pending if suffixes.contains(needle)}
 
 
-def separator_for(needles: Iterable[str]) -> str:
+def separator_for(needles: Sequence[str]) -> str:
     """A character that no needle contains, to join several texts so that no needle
     matches across two of them."""
-    used = {char for needle in needles for char in needle}
     code = 0xE000  # the private use area first: no real term has these
+    if not any(chr(code) in needle for needle in needles):
+        return chr(code)  # the usual answer, without a set of every needle's characters
+    used = {char for needle in needles for char in needle}
     while chr(code) in used:
         code += 1
     return chr(code)
