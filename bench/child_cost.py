@@ -9,8 +9,11 @@ its bytes to its result's bytes; then a chunk of 64 records as the pool runs it
 (`scoring_pool._run_chunk`). Beside the scorer, in the same rounds, the same cases
 scored with their figures computed case by case from the seed's formulas (recall,
 avoids-harm, composite, pass flags and label: what `score_case` did before it cached
-them per counts and settings); the ratio now / before is the scorer's saving. Prints
-min / median / max microseconds per record; the garbage collector runs before each step.
+them per counts and settings); the ratio now / before is the scorer's saving. Likewise
+the result's bytes: written by orjson (`case_result_json`, now) beside a validated
+`CaseResult` serialized by pydantic (`build_result(...).model_dump_json()`, before).
+Prints min / median / max microseconds per record; the garbage collector runs before each
+step.
 """
 
 from __future__ import annotations
@@ -31,7 +34,8 @@ import stream as stream_bench
 
 from schemas.envelope import SafePayload
 from worker.config import Settings, load_settings
-from worker.input.records import decode_record
+from worker.input import scored_records
+from worker.input.records import build_result, case_result_json, decode_record
 from worker.input.scored_records import RecordTask, score_record
 from worker.scoring_pool import (
     _RECORDS,
@@ -123,6 +127,7 @@ def run(n: int, rounds: int) -> dict[str, list[float]]:
     ]
     chunks = [tasks[i : i + CHUNK_RECORDS] for i in range(0, n, CHUNK_RECORDS)]
     versions: dict[str, Any] = {}
+    results = result_fields(tasks, settings, scorers)
     steps: dict[str, Callable[[], float]] = {
         "decode and validate": lambda: per_record(
             lambda task: decode_record(task[0], settings.max_record_bytes, settings.limits),
@@ -133,6 +138,12 @@ def run(n: int, rounds: int) -> dict[str, list[float]]:
         ),
         "score: now (figures cached)": lambda: per_record(
             lambda payload: score_case(payload, settings.safe), payloads
+        ),
+        "result: before (validated model)": lambda: per_record(
+            lambda fields: build_result(**fields).model_dump_json().encode(), results
+        ),
+        "result: now (orjson)": lambda: per_record(
+            lambda fields: case_result_json(**fields), results
         ),
         "record: bytes to result bytes": lambda: per_record(
             lambda task: score_record(task, settings, scorers, versions), tasks
@@ -150,7 +161,30 @@ def run(n: int, rounds: int) -> dict[str, list[float]]:
     before = timings["score: before (figures per case)"]
     now = timings["score: now (figures cached)"]
     timings["ratio score now / before"] = [a / b for a, b in zip(now, before, strict=True)]
+    before = timings["result: before (validated model)"]
+    now = timings["result: now (orjson)"]
+    timings["ratio result now / before"] = [a / b for a, b in zip(now, before, strict=True)]
     return timings
+
+
+def result_fields(
+    tasks: Sequence[RecordTask], settings: Settings, scorers: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """What each record's result is written from, as `score_record` passes it."""
+    fields: list[dict[str, Any]] = []
+
+    def keep(**values: Any) -> bytes:
+        fields.append(values)
+        return case_result_json(**values)
+
+    writer = scored_records.case_result_json
+    scored_records.case_result_json = keep
+    try:
+        for task in tasks:
+            score_record(task, settings, scorers, {})
+    finally:
+        scored_records.case_result_json = writer
+    return fields
 
 
 def report(timings: dict[str, list[float]]) -> None:

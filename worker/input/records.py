@@ -13,6 +13,7 @@ import base64
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any, get_args
 
 import orjson
 from pydantic import TypeAdapter, ValidationError
@@ -23,6 +24,8 @@ from schemas.outputs import (
     DeadLetter,
     DeadLetterError,
     DeadLetterSource,
+    Grade,
+    Label,
     RecordSource,
     Versions,
 )
@@ -321,6 +324,98 @@ def build_result(
     )
 
 
+# The values a result's scorer-made fields may take (`CaseResult`'s types, checked by
+# `case_result_json` without building the model).
+_LABELS = frozenset(get_args(Label))
+_GRADES = frozenset(get_args(Grade))
+_JSON_OPTIONS = (
+    orjson.OPT_UTC_Z | orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME
+)
+
+
+def case_result_json(
+    *,
+    case_id: str,
+    suite: str,
+    kind: str,
+    scored: Scored,
+    event_time: datetime,
+    model: str | None,
+    labels: Mapping[str, str],
+    versions: Versions,
+    source: SourcePosition | None,
+    scored_at: datetime,
+    received_at: datetime | None = None,
+    trace_id: str | None = None,
+) -> bytes:
+    """`build_result(...).model_dump_json()` as bytes, the same bytes (a property test
+    holds them equal), written by orjson without building and validating a `CaseResult`
+    (about a quarter of the time, in the scoring child). The record's fields come from a
+    validated envelope; the scorer's are checked here: scores are numbers or None (as
+    floats), the label and grade the schema's, counts ints, strings or lists of strings,
+    details JSON values (`TypeError`/`ValueError` otherwise, as validation would)."""
+    latency_ms = None
+    if received_at is not None:
+        latency_ms = max(0.0, (scored_at - received_at).total_seconds() * 1000.0)
+    if scored.label is not None and scored.label not in _LABELS:
+        raise ValueError(f"label {scored.label!r} is not one of {sorted(_LABELS)}")
+    if scored.grade is not None and scored.grade not in _GRADES:
+        raise ValueError(f"grade {scored.grade!r} is not one of {sorted(_GRADES)}")
+    data: dict[str, Any] = {
+        "id": case_id,
+        "suite": suite,
+        "kind": kind,
+        "ts": _time(event_time),
+        "model": model,
+        "labels": dict(labels),
+        "scores": {name: _score_value(name, value) for name, value in scored.scores.items()},
+        "label": scored.label,
+        "grade": scored.grade,
+        "details": scored.details,
+        "counts": {name: _count_value(name, value) for name, value in scored.counts.items()},
+        "versions": {
+            "scorer": versions.scorer,
+            "metrics": versions.metrics,
+            "protocol": versions.protocol,
+        },
+        "source": None
+        if source is None
+        else {"topic": source.topic, "partition": source.partition, "offset": source.offset},
+        "scored_at": _time(scored_at),
+        "latency_ms": latency_ms,
+        "trace_id": trace_id,
+    }
+    return orjson.dumps(data, default=_not_json, option=_JSON_OPTIONS)
+
+
+def _time(value: datetime) -> orjson.Fragment:
+    """A time as pydantic writes it (a datetime in the details is refused instead)."""
+    return orjson.Fragment(orjson.dumps(value, option=orjson.OPT_UTC_Z))
+
+
+def _score_value(name: str, value: object) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, float):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    raise TypeError(f"score {name!r} is {type(value).__name__}, not a number")
+
+
+def _count_value(name: str, value: object) -> object:
+    if isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool)):
+        return value
+    if isinstance(value, list) and all(isinstance(item, str) for item in value):
+        return value
+    raise TypeError(f"count {name!r} is {type(value).__name__}, not an int, str or list of str")
+
+
+def _not_json(value: object) -> object:
+    """orjson's fallback: a detail that is not a JSON value is an error, as in the schema."""
+    raise TypeError(f"{type(value).__name__} is not a JSON value")
+
+
 __all__ = [
     "FIELD_TOO_LARGE",
     "INPUT_RECORDS",
@@ -339,6 +434,7 @@ __all__ = [
     "Rejected",
     "SourcePosition",
     "build_result",
+    "case_result_json",
     "check_limits",
     "dead_letter",
     "decode_record",

@@ -1,8 +1,9 @@
 """One input record's whole case-by-case path, from its raw bytes to its result's bytes:
-decode and validate (`decode_record`), check its event time, score it, build and
-serialize the result. The scoring pool's children run this (`ScoringPool.score_records`),
-so the worker's event loop only publishes and folds; no Kafka and no clock of its own
-here (the caller passes its clock's offset from the wall clock).
+decode and validate (`decode_record`), check its event time, score it, write the
+result's JSON (`case_result_json`). The scoring pool's children run this
+(`ScoringPool.score_records`), so the worker's event loop only publishes and folds; no
+Kafka and no clock of its own here (the caller passes its clock's offset from the wall
+clock).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from schemas.outputs import Versions
 from worker.config import Settings
 from worker.input.records import (
     SourcePosition,
-    build_result,
+    case_result_json,
     decode_record,
     usable_event_time,
 )
@@ -73,7 +74,7 @@ def score_record(
     if suite_versions is None:
         spec = registry.get(record.suite)
         suite_versions = versions[record.suite] = spec.versions(spec.section(settings))
-    result = build_result(
+    value = case_result_json(
         case_id=record.id,
         suite=record.suite,
         kind="case",
@@ -87,7 +88,7 @@ def score_record(
         received_at=received_at,
         trace_id=record.trace_id,
     )
-    return ScoredRecord(result.model_dump_json().encode("utf-8"), event_time.timestamp())
+    return ScoredRecord(value, event_time.timestamp())
 
 
 __all__ = ["NOT_A_CASE", "RecordTask", "ScoredRecord", "score_record"]

@@ -1,0 +1,120 @@
+"""A scoring child writes each case's result with orjson (`case_result_json`), without
+building a `CaseResult`: the bytes must be the ones the validated model serializes to,
+and a scorer's output the schema refuses must still be refused."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from schemas.outputs import Versions
+from worker.input.records import SourcePosition, build_result, case_result_json
+from worker.suites.base import Scored
+
+ZONES = st.sampled_from(
+    [UTC, timezone(timedelta(hours=2)), timezone(-timedelta(hours=5, minutes=30))]
+)
+TIMES = st.datetimes(
+    min_value=datetime(1970, 1, 2), max_value=datetime(2100, 1, 1), timezones=ZONES
+)
+NAMES = st.text(max_size=12)
+FLOATS = st.floats(allow_nan=True, allow_infinity=True)
+INTS = st.integers(min_value=-(2**63), max_value=2**63 - 1)
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | INTS | FLOATS | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(NAMES, inner, max_size=4),
+    max_leaves=20,
+)
+SCORED = st.builds(
+    Scored,
+    scores=st.dictionaries(NAMES, st.none() | FLOATS | INTS, max_size=5),
+    label=st.sampled_from([None, "Pass", "Review", "Fail"]),
+    grade=st.sampled_from([None, "A", "B", "C", "D", "F"]),
+    details=st.dictionaries(NAMES, JSON_VALUES, max_size=5),
+    counts=st.dictionaries(
+        NAMES, INTS | st.text(max_size=8) | st.lists(st.text(max_size=8)), max_size=4
+    ),
+)
+
+
+@st.composite
+def result_fields(draw: st.DrawFn) -> dict[str, Any]:
+    scored_at = draw(TIMES)
+    return {
+        "case_id": draw(st.text(min_size=1, max_size=20)),
+        "suite": draw(st.sampled_from(["safe", "extraction", "alignment"])),
+        "kind": "case",
+        "scored": draw(SCORED),
+        "event_time": draw(TIMES),
+        "model": draw(st.none() | st.text(max_size=12)),
+        "labels": draw(st.dictionaries(NAMES, st.text(max_size=12), max_size=3)),
+        "versions": Versions(
+            scorer=draw(st.text(max_size=8)),
+            metrics=draw(st.text(max_size=8)),
+            protocol=draw(st.none() | st.text(max_size=8)),
+        ),
+        "source": draw(
+            st.none()
+            | st.builds(SourcePosition, st.text(min_size=1, max_size=10), st.integers(0, 99), INTS)
+        ),
+        "scored_at": scored_at,
+        "received_at": draw(st.none() | st.just(scored_at - timedelta(milliseconds=3)) | TIMES),
+        "trace_id": draw(st.none() | st.from_regex(r"\A[0-9a-f]{32}\Z")),
+    }
+
+
+@settings(max_examples=400, deadline=None)
+@given(result_fields())
+def test_the_bytes_are_the_validated_results(fields: dict[str, Any]) -> None:
+    assert case_result_json(**fields) == build_result(**fields).model_dump_json().encode()
+
+
+def a_result(**scored: Any) -> dict[str, Any]:
+    now = datetime(2026, 11, 26, 12, 0, tzinfo=UTC)
+    values: dict[str, Any] = {
+        "scores": {"CR": 1.0},
+        "label": "Pass",
+        "grade": None,
+        "details": {},
+        "counts": {},
+    }
+    return {
+        "case_id": "c1",
+        "suite": "safe",
+        "kind": "case",
+        "scored": Scored(**{**values, **scored}),
+        "event_time": now,
+        "model": None,
+        "labels": {},
+        "versions": Versions(scorer="s", metrics="m"),
+        "source": None,
+        "scored_at": now,
+    }
+
+
+@pytest.mark.parametrize(
+    "scored",
+    [
+        {"label": "Maybe"},
+        {"grade": "E"},
+        {"scores": {"CR": "high"}},
+        {"scores": {"CR": [1.0]}},
+        {"counts": {"found": 1.5}},
+        {"counts": {"found": {"a": 1}}},
+        {"counts": {"found": [1, 2]}},
+        {"details": {"when": datetime(2026, 1, 1, tzinfo=UTC)}},
+        {"details": {"terms": {1, 2}}},
+        {"details": {"object": object()}},
+        {"details": {1: "a key that is not a string"}},
+    ],
+)
+def test_what_the_schema_refuses_is_refused(scored: dict[str, Any]) -> None:
+    fields = a_result(**scored)
+    with pytest.raises(ValueError):  # pydantic's ValidationError is a ValueError
+        build_result(**fields)
+    with pytest.raises((TypeError, ValueError)):
+        case_result_json(**fields)
