@@ -31,12 +31,14 @@ JSON_VALUES = st.recursive(
 )
 SCORED = st.builds(
     Scored,
-    scores=st.dictionaries(NAMES, st.none() | FLOATS | INTS, max_size=5),
+    scores=st.dictionaries(NAMES, st.none() | FLOATS | INTS | st.booleans(), max_size=5),
     label=st.sampled_from([None, "Pass", "Review", "Fail"]),
     grade=st.sampled_from([None, "A", "B", "C", "D", "F"]),
     details=st.dictionaries(NAMES, JSON_VALUES, max_size=5),
     counts=st.dictionaries(
-        NAMES, INTS | st.text(max_size=8) | st.lists(st.text(max_size=8)), max_size=4
+        NAMES,
+        INTS | st.booleans() | st.text(max_size=8) | st.lists(st.text(max_size=8)),
+        max_size=4,
     ),
 )
 

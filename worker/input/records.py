@@ -350,10 +350,11 @@ def case_result_json(
 ) -> bytes:
     """`build_result(...).model_dump_json()` as bytes, the same bytes (a property test
     holds them equal), written by orjson without building and validating a `CaseResult`
-    (about a quarter of the time, in the scoring child). The record's fields come from a
+    (about two fifths of the time, in the scoring child). The record's fields come from a
     validated envelope; the scorer's are checked here: scores are numbers or None (as
-    floats), the label and grade the schema's, counts ints, strings or lists of strings,
-    details JSON values (`TypeError`/`ValueError` otherwise, as validation would)."""
+    floats; a bool as 1 or 0, as validation takes it), the label and grade the schema's,
+    counts ints, strings or lists of strings, details JSON values (`TypeError` or
+    `ValueError` otherwise, as validation would refuse them)."""
     latency_ms = None
     if received_at is not None:
         latency_ms = max(0.0, (scored_at - received_at).total_seconds() * 1000.0)
@@ -398,13 +399,15 @@ def _score_value(name: str, value: object) -> float | None:
         return None
     if isinstance(value, float):
         return value
-    if isinstance(value, int) and not isinstance(value, bool):
+    if isinstance(value, int):  # a bool too, as pydantic's lax mode takes it
         return float(value)
     raise TypeError(f"score {name!r} is {type(value).__name__}, not a number")
 
 
 def _count_value(name: str, value: object) -> object:
-    if isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool)):
+    if isinstance(value, bool):  # as pydantic's lax mode takes it
+        return int(value)
+    if isinstance(value, str | int):
         return value
     if isinstance(value, list) and all(isinstance(item, str) for item in value):
         return value
