@@ -268,8 +268,12 @@ async def test_only_a_marker_that_passes_a_window_end_and_grace_skips_the_batch_
 
         async def marker_ends_batch(ts: float) -> bool:
             sent = await pipeline.batch(pipeline.case(0, ts))
-            [marker] = [item for item in sent if item.key == MARKER_KEY and "agg" in item.topic]
             data = [item for item in sent if item.key != MARKER_KEY and "agg" in item.topic]
+            if not any(item.key == MARKER_KEY for item in sent):  # the timer sends it
+                before = len(pipeline.publisher.log)
+                await pipeline.score.send_progress()
+                sent = pipeline.publisher.log[before:]
+            [marker] = [item for item in sent if item.key == MARKER_KEY and "agg" in item.topic]
             event = Event(marker.value, Message(marker.topic, 0, 0), marker.key)
             assert not any(
                 pipeline.windows.may_close(Event(d.value, Message(d.topic, 0, 0), d.key))
@@ -284,6 +288,39 @@ async def test_only_a_marker_that_passes_a_window_end_and_grace_skips_the_batch_
         assert not await marker_ends_batch(T0 + 90)
     finally:
         pipeline.close()
+
+
+async def test_progress_that_closes_no_window_waits_for_the_timer(pipeline: Pipeline) -> None:
+    """A micro-batch's progress goes right behind it only when it may close a window (it
+    passes an end + grace, or is the partition's first): the rest, half of what the
+    broker stores on the internal topics, goes with the next tick."""
+
+    def markers(sent: Sequence[Sent]) -> list[tuple[int, float]]:
+        return [
+            (m.index, m.value)
+            for item in sent
+            if item.key == MARKER_KEY and item.topic == "aggregate-input"
+            for m in markers_in(orjson.loads(item.value))
+        ]
+
+    first = await pipeline.batch(pipeline.case(0, T0 + 1), pipeline.case(1, T0 + 2))
+    assert markers(first) == [(0, T0 + 1), (1, T0 + 2)]  # the partitions' first
+    for ts in (T0 + 20, T0 + 40, T0 + 60 + GRACE - 0.5):
+        assert markers(await pipeline.batch(pipeline.case(0, ts), pipeline.case(1, ts))) == []
+    before = len(pipeline.publisher.log)
+    await pipeline.score.send_progress()  # the tick: both partitions' progress
+    ticked = T0 + 60 + GRACE - 0.5
+    assert markers(pipeline.publisher.log[before:]) == [(0, ticked), (1, ticked)]
+    assert pipeline.finals == []
+    closing = T0 + 60 + GRACE
+    # Partition 1 passes the minute's end + grace: the marker goes with the batch and
+    # carries every partition the batch moved.
+    sent = await pipeline.batch(pipeline.case(0, T0 + 60 + GRACE - 0.2), pipeline.case(1, closing))
+    assert markers(sent) == [(0, T0 + 60 + GRACE - 0.2), (1, closing)]
+    assert pipeline.finals == []  # partition 0 holds the window open
+    sent = await pipeline.batch(pipeline.case(0, closing))
+    assert markers(sent) == [(0, closing)]
+    assert pipeline.final_counts() == {minute(T0): 6}  # the cases before T0 + 60
 
 
 async def test_progress_a_batch_did_not_move_is_not_sent_again(pipeline: Pipeline) -> None:

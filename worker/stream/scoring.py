@@ -2,8 +2,9 @@
 scoring pool's child processes, each record under `limits.scoring_deadline`),
 forwards the session suite's records (alignment's) to the session stage, dead-letters
 what cannot be scored, and tells the downstream stages how far each input partition has
-got (watermark markers: right behind each micro-batch's outputs, and from the timer for
-idle partitions and as a heartbeat).
+got (watermark markers: right behind a micro-batch's outputs when its progress passes a
+window's end + grace, and from the timer for the rest, idle partitions and as a
+heartbeat).
 """
 
 from __future__ import annotations
@@ -34,7 +35,9 @@ from worker.stream.faust_patches.seek_guard import start_offsets
 from worker.stream.inflight import InflightGuard
 from worker.stream.overlap import overlap_batches
 from worker.stream.publish import Contributions, Folding, OutputTooLarge
+from worker.windowing.lateness import LatenessPolicy
 from worker.windowing.watermark import Marker, PartitionClock
+from worker.windowing.windows import gate_windows, pane_width
 
 log = logging.getLogger("scorestream")
 
@@ -74,6 +77,10 @@ class ScoreStage:
         self.clocks: dict[int, PartitionClock] = {}
         self.sent: dict[int, tuple[float, float]] = {}  # partition -> (progress, sent at)
         self.input_partitions: int | None = None  # of the input topic, once known
+        # When progress may close a window (`_send_batch_progress`): the window stage's
+        # lateness policy and pane width.
+        self.lateness = LatenessPolicy(context.settings.grace)
+        self.pane_width = pane_width(gate_windows(context.settings))
         # A micro-batch's results and scoring times, for the telemetry once it is sent.
         self._observed: list[tuple[ResultView, float]] = []
 
@@ -129,8 +136,9 @@ class ScoreStage:
         """Finish a begun micro-batch. Its results go out as they are scored (a record
         batch per partition per chunk), then its contributions to the windows, combined
         into one record per suite|segment; only then does each partition's progress
-        count the batch (its markers must follow the contributions they cover), and the
-        progress it moved goes out at once, so no window waits for the timer."""
+        count the batch (its markers must follow the contributions they cover), and
+        progress that may close a window goes out at once, so no final waits for the
+        timer (`_send_batch_progress`)."""
         self._observed.clear()
         assert batch.marks_written is not None and batch.submitted is not None
         await batch.marks_written
@@ -444,7 +452,12 @@ class ScoreStage:
 
     async def _send_batch_progress(self, partitions: set[int], now: float) -> None:
         """Right behind a micro-batch's outputs: one marker record (to every partition of
-        both internal topics) with the progress of each assigned partition it moved."""
+        both internal topics) with the progress of each assigned partition it moved, when
+        one of them passed a window's end + grace since its last marker (or has none yet).
+        Other progress waits for the timer (`send_progress`, every `tick_interval`): it
+        closes no window (a watermark is a minimum over partitions, so it can only pass an
+        end + grace on a marker whose own progress passes it), and a marker to every
+        partition of two topics per micro-batch is half of what the broker stores there."""
         try:
             count = self._input_partition_count()
             assigned = {tp.partition for tp in self._assigned()}
@@ -454,6 +467,7 @@ class ScoreStage:
         if not count:
             return
         markers = []
+        closing = False
         for partition in sorted(partitions & assigned):
             clock = self.clocks.get(partition)
             last = self.sent.get(partition)
@@ -462,7 +476,12 @@ class ScoreStage:
             if last is not None and last[0] >= clock.progress:
                 continue
             markers.append(Marker(INPUT_GROUP, partition, count, clock.progress))
-        await self._send_markers(markers, now)
+            closing = closing or (
+                last is None
+                or self.lateness.closes_between(last[0], clock.progress, self.pane_width)
+            )
+        if closing:
+            await self._send_markers(markers, now)
 
     async def _send_markers(self, markers: list[Marker], now: float) -> None:
         topics = self.publisher.topics

@@ -26,7 +26,6 @@ from faust.types import EventT
 from schemas.envelope import parse_event_time
 from schemas.outputs import Aggregate, CaseResult, RecordSource
 from worker import aggregation
-from worker.config import Settings, WindowConfig
 from worker.gates.evaluator import GateEvaluator, applies_to, gate_key, gated_metrics
 from worker.stream.context import StreamContext, event_context, run_to_completion
 from worker.stream.faust_patches.prompt_batches import take_batches
@@ -39,7 +38,7 @@ from worker.windowing.late_records import LateRecordLog
 from worker.windowing.pane_folds import count_of, start_of
 from worker.windowing.store import Emission, WindowStore
 from worker.windowing.watermark import Marker
-from worker.windowing.windows import pane_width
+from worker.windowing.windows import gate_windows, pane_width
 
 log = logging.getLogger("scorestream")
 
@@ -59,17 +58,6 @@ def input_only_suites() -> dict[str, set[str]]:
         for name in registry.names()
         if sessions is None or name != sessions.name
     }
-
-
-def gate_windows(settings: Settings) -> list[WindowConfig]:
-    """Configured windows plus a tumbling window for each gate's window size."""
-    windows = list(settings.windows)
-    tumbling = {w.size for w in windows if w.step is None or w.step == w.size}
-    for gate in settings.gates:
-        if gate.window not in tumbling:
-            windows.append(WindowConfig(size=gate.window))
-            tumbling.add(gate.window)
-    return windows
 
 
 class WindowStage:
@@ -138,17 +126,12 @@ class WindowStage:
             before = self._marker_seen.get(channel)
             if before is None or marker.value > before:
                 self._marker_seen[channel] = marker.value
-                crossed = crossed or before is None or self._closes_between(before, marker.value)
+                crossed = (
+                    crossed
+                    or before is None
+                    or self.store.lateness.closes_between(before, marker.value, self._pane_width)
+                )
         return crossed
-
-    def _closes_between(self, before: float, after: float) -> bool:
-        """Whether some window end + grace lies in (before, after]: every window ends on a
-        multiple of the pane width (unknown: any progress may close one)."""
-        width = self._pane_width
-        if width is None:
-            return True
-        lateness = self.store.lateness
-        return lateness.closed_through(after, width) > lateness.closed_through(before, width)
 
     async def process_batch(self, events: list[EventT]) -> None:
         """Apply a micro-batch in order; once its finals and gate events are delivered,

@@ -48,6 +48,14 @@ class LatenessPolicy:
             return Timeliness.PARTLY_LATE
         return Timeliness.LATE
 
+    def closes_between(self, before: float, after: float, width: float | None) -> bool:
+        """Whether event-time progress from `before` to `after` passes some window's end
+        + grace, every window ending on a multiple of the pane `width` (None: unknown, so
+        any progress may)."""
+        if width is None:
+            return True
+        return self.closed_through(after, width) > self.closed_through(before, width)
+
     def closed_through(self, watermark: float, step: float) -> float:
         """The latest pane boundary (a multiple of `step`) such that every window ending
         at or before it has closed at `watermark`."""

@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from schemas.outputs import WindowSpan
-from worker.config import WindowConfig, format_duration
+from worker.config import Settings, WindowConfig, format_duration
 
 
 def window_name(size: float, step: float | None) -> str:
@@ -98,6 +98,17 @@ def window_ends(event_time: float, window: WindowConfig) -> tuple[float, float]:
         if start <= event_time < start + size:
             return start + size, newest
     return newest, newest
+
+
+def gate_windows(settings: Settings) -> list[WindowConfig]:
+    """Configured windows plus a tumbling window for each gate's window size."""
+    windows = list(settings.windows)
+    tumbling = {w.size for w in windows if w.step is None or w.step == w.size}
+    for gate in settings.gates:
+        if gate.window not in tumbling:
+            windows.append(WindowConfig(size=gate.window))
+            tumbling.add(gate.window)
+    return windows
 
 
 def pane_width(windows: Iterable[WindowConfig]) -> float | None:
