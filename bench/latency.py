@@ -29,7 +29,10 @@ Figures per rate and round:
   case's own trip), min / median / max in s; in brackets, how long after its cases the
   final arrived: after the first result stamped at or past end + grace was read back on
   every input partition (what the watermark's own path adds, without the cases' trip);
-- the broker's CPU (share of a core) in each 10 s of sending.
+- the broker's CPU (share of a core) and the machine's idle cores in each 10 s of
+  sending, for the worker and the baseline loop: at 0 idle the machine is saturated,
+  and every process on it (the broker, the worker, the bench's producer and readers)
+  queues for a core.
 
 Baseline (`--baseline-seconds`, as long as the worker's phase by default, 0 for none):
 after the worker at each rate, with the worker stopped, a plain aiokafka consume ->
@@ -111,6 +114,7 @@ class Phase:
     by_send: list[tuple[float, float]] = field(default_factory=list)  # (s after start, ms)
     closes: list[float] = field(default_factory=list)  # s after start a window's end + grace passed
     broker_cpu: list[float] = field(default_factory=list)  # share of a core, each 10 s sent
+    idle_cpu: list[float] = field(default_factory=list)  # the machine's idle cores, each 10 s
 
     def timeline(self, slice_s: float = 5.0) -> str:
         """The p99 in ms of the cases sent in each `slice_s` of the phase, '|' before
@@ -246,14 +250,11 @@ async def run_phase(
 ) -> Phase:
     phase = Phase(rate)
     cpu_before = peer.tree_cpu(worker.pid)
-    sampling = None
-    if broker_pid is not None:
-        sampling = asyncio.create_task(sample_cpu(broker_pid, phase.broker_cpu))
+    sampling = asyncio.create_task(sample_cpu(broker_pid, phase.broker_cpu, phase.idle_cpu))
     try:
         await send_at_rate(producer, topic, envelopes, phase, seconds)
     finally:
-        if sampling is not None:
-            sampling.cancel()
+        sampling.cancel()
     deadline = time.time() + DRAIN_S
     while time.time() < deadline and not all(ident in readers.results for ident in phase.sent):
         await asyncio.sleep(0.2)
@@ -287,14 +288,40 @@ async def run_phase(
     return phase
 
 
-async def sample_cpu(pid: int, shares: list[float], every: float = 10.0) -> None:
-    """Append the share of a core `pid` used in each `every` seconds (until cancelled)."""
-    before = stream_bench.process_cpu(pid)
+async def sample_cpu(
+    pid: int | None, shares: list[float], idle: list[float], every: float = 10.0
+) -> None:
+    """Append, for each `every` seconds until cancelled, the share of a core `pid` used
+    (None: none) and how many of the machine's cores sat idle."""
+    before = None if pid is None else stream_bench.process_cpu(pid)
+    idle_before = machine_idle_seconds()
     while True:
         await asyncio.sleep(every)
-        now = stream_bench.process_cpu(pid)
-        shares.append((now - before) / every)
-        before = now
+        idle_now = machine_idle_seconds()
+        idle.append((idle_now - idle_before) / every)
+        idle_before = idle_now
+        if pid is not None and before is not None:
+            now = stream_bench.process_cpu(pid)
+            shares.append((now - before) / every)
+            before = now
+
+
+def machine_idle_seconds() -> float:
+    """Seconds all the machine's cores have spent idle (or waiting on I/O) since boot,
+    from /proc/stat: a run whose idle share falls to 0 measured a saturated machine."""
+    fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()
+    return (int(fields[4]) + int(fields[5])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_line(phase: Phase) -> str:
+    """The broker's share of a core and the machine's idle cores, each 10 s of sending."""
+    parts = []
+    if phase.broker_cpu:
+        broker = " ".join(f"{share:.0%}" for share in phase.broker_cpu)
+        parts.append(f"the broker's CPU (share of a core) {broker}")
+    idle = " ".join(f"{cores:.2f}" for cores in phase.idle_cpu)
+    parts.append(f"idle cores (of {os.cpu_count()}) {idle}")
+    return "by 10 s of sending: " + "; ".join(parts)
 
 
 def passing_cases_read(phase: Phase, readers: Readers, closes: float) -> float:
@@ -557,11 +584,7 @@ async def measure_rate(args: argparse.Namespace, rate: float) -> Phase | None:
             )
             if args.timeline:
                 print(f"  p99 ms by 5 s of sending: {phase.timeline()}", flush=True)
-            print(
-                "  the broker's CPU by 10 s of sending (share of a core): "
-                + " ".join(f"{share:.0%}" for share in phase.broker_cpu),
-                flush=True,
-            )
+            print(f"  {cpu_line(phase)}", flush=True)
             stop_process(worker, 30)
             baseline_seconds = (
                 args.seconds if args.baseline_seconds is None else args.baseline_seconds
@@ -577,12 +600,14 @@ async def measure_rate(args: argparse.Namespace, rate: float) -> Phase | None:
                     baseline_seconds,
                     args.grace,
                     finals=False,
+                    broker_pid=broker.process.pid if broker.process else None,
                 )
                 print(
                     f"  baseline loop: p50 {phase.echo.p50:,.0f} ms, p99 "
                     f"{phase.echo.p99:,.0f} ms, behind {phase.echo.behind:.1f} s",
                     flush=True,
                 )
+                print(f"  baseline loop {cpu_line(phase.echo)}", flush=True)
                 if args.timeline:
                     print(f"  its p99 ms by 5 s: {phase.echo.timeline()}", flush=True)
             return phase
