@@ -44,9 +44,8 @@ from worker.stream.publish import Folding, Publisher, StreamTopics
 from worker.stream.raw_schema import RawSchema
 from worker.stream.scoring import ScoreStage
 from worker.stream.sessions import SessionStage
-from worker.stream.windows import WindowStage, gate_windows
+from worker.stream.windows import WindowStage
 from worker.suites.registry import AGGREGATORS
-from worker.windowing.windows import pane_width
 
 log = logging.getLogger("scorestream")
 
@@ -156,7 +155,7 @@ class ScorestreamApp:
         self.inflight = durable_table(
             app, "inflight", partitions=partitions, key_type=str, extra_topic_configs=internal
         )
-        width = pane_width(gate_windows(settings))
+        width = context.pane_width
         folding = None if width is None else Folding(width, AGGREGATORS, settings.reservoir_size)
         self.scoring = ScoreStage(context, app, self.inflight, self.ready, folding)
         self.session_stage = SessionStage(

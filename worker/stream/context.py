@@ -13,13 +13,14 @@ from typing import Any
 
 from faust.types import EventT
 
-from worker.config import Settings
+from worker.config import Settings, WindowConfig
 from worker.input.records import SourcePosition
 from worker.ops.telemetry import Telemetry
 from worker.scoring_pool import ScoringPool
 from worker.scoring_suites import ScoringSuites
 from worker.stream.faust_patches.internals import current_event
 from worker.stream.publish import Publisher
+from worker.windowing.windows import gate_windows, pane_width
 
 log = logging.getLogger("scorestream")
 
@@ -32,7 +33,8 @@ POOL_PRELOAD = ("worker.suites.alignment.streaming", "worker.suites.alignment.sa
 @dataclass
 class StreamContext:
     """The collaborators of the stages; `clock` is wall-clock epoch seconds. The scoring
-    pool's child processes start on first use."""
+    pool's child processes start on first use. `windows` are the configured windows plus
+    each gate's (`gate_windows`), `pane_width` the pane they share (None: no common one)."""
 
     settings: Settings
     suites: ScoringSuites
@@ -40,8 +42,12 @@ class StreamContext:
     publisher: Publisher
     clock: Callable[[], float]
     scoring_pool: ScoringPool = field(init=False)
+    windows: list[WindowConfig] = field(init=False)
+    pane_width: float | None = field(init=False)
 
     def __post_init__(self) -> None:
+        self.windows = gate_windows(self.settings)
+        self.pane_width = pane_width(self.windows)
         self.scoring_pool = ScoringPool(
             self.settings, more_factories=self.suites.pool_factories, preload=POOL_PRELOAD
         )

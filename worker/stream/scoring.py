@@ -37,7 +37,6 @@ from worker.stream.overlap import overlap_batches
 from worker.stream.publish import Contributions, Folding, OutputTooLarge
 from worker.windowing.lateness import LatenessPolicy
 from worker.windowing.watermark import Marker, PartitionClock
-from worker.windowing.windows import gate_windows, pane_width
 
 log = logging.getLogger("scorestream")
 
@@ -80,7 +79,6 @@ class ScoreStage:
         # When progress may close a window (`_send_batch_progress`): the window stage's
         # lateness policy and pane width.
         self.lateness = LatenessPolicy(context.settings.grace)
-        self.pane_width = pane_width(gate_windows(context.settings))
         # A micro-batch's results and scoring times, for the telemetry once it is sent.
         self._observed: list[tuple[ResultView, float]] = []
 
@@ -478,7 +476,7 @@ class ScoreStage:
             markers.append(Marker(INPUT_GROUP, partition, count, clock.progress))
             closing = closing or (
                 last is None
-                or self.lateness.closes_between(last[0], clock.progress, self.pane_width)
+                or self.lateness.closes_between(last[0], clock.progress, self.context.pane_width)
             )
         if closing:
             await self._send_markers(markers, now)

@@ -38,7 +38,7 @@ from worker.windowing.late_records import LateRecordLog
 from worker.windowing.pane_folds import count_of, start_of
 from worker.windowing.store import Emission, WindowStore
 from worker.windowing.watermark import Marker
-from worker.windowing.windows import gate_windows, pane_width
+from worker.windowing.windows import gate_windows
 
 log = logging.getLogger("scorestream")
 
@@ -77,7 +77,7 @@ class WindowStage:
         self.store = WindowStore(
             windows,
             progress,
-            configs=gate_windows(settings),
+            configs=context.windows,
             grace=settings.grace,
             aggregators=AGGREGATORS,
             reservoir_size=settings.reservoir_size,
@@ -86,11 +86,10 @@ class WindowStage:
         )
         self.last_interim: dict[int, float] = {}
         self.last_watermark: dict[int, float] = {}
-        self.late_log = LateRecordLog(gate_windows(settings), settings.grace, log)
+        self.late_log = LateRecordLog(context.windows, settings.grace, log)
         self.gauges: dict[str, tuple[str, dict[str, str]]] = {}  # gate key -> (gate, segment)
         self._deliveries: list[Awaitable[Any]] = []  # finals and gate events of the batch
         self._gate_writes: dict[str, dict[str, Any]] = {}  # gate states of the batch
-        self._pane_width = pane_width(gate_windows(settings))
         # The latest marker value seen per (stage partition, group, channel) as it arrived
         # (before its batch was processed), for `may_close`.
         self._marker_seen: dict[tuple[int, str, int], float] = {}
@@ -129,7 +128,9 @@ class WindowStage:
                 crossed = (
                     crossed
                     or before is None
-                    or self.store.lateness.closes_between(before, marker.value, self._pane_width)
+                    or self.store.lateness.closes_between(
+                        before, marker.value, self.context.pane_width
+                    )
                 )
         return crossed
 
