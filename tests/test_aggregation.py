@@ -387,3 +387,47 @@ def test_merging_samples_of_different_capacities_keeps_the_smallest_keys_of_the_
             Reservoir.from_json(right["samples"].get(metric, Reservoir(large).to_json()))
         )
         assert merged["samples"][metric]["items"] == expected.items
+
+
+def written_and_read_back(state: State) -> State:
+    """`state` as a restore reads it from the windows changelog (`compact`, then JSON)."""
+    from worker.aggregation.state import compact
+
+    return json.loads(json.dumps(compact(state)))
+
+
+@settings(max_examples=80, deadline=None)
+@given(results=result_lists(), data=st.data())
+def test_a_state_written_without_its_sample_index_goes_on_as_the_one_kept_in_memory(
+    results: list[CaseResult], data: st.DataObject
+) -> None:
+    capacity = data.draw(st.integers(1, 6))
+    cut = data.draw(st.integers(0, len(results)))
+    kept = fold(results[:cut], capacity)
+    restored = written_and_read_back(kept)
+    assert all("order" not in sample for sample in restored["samples"].values())
+    for item in results[cut:]:
+        kept, _ = agg.update(kept, item, FAKE)
+        restored, _ = agg.update(restored, item, FAKE)
+    assert_same_figures(restored, kept)
+    # and merging either way round, into or from a state read back, is unchanged
+    other = fold(results[:cut], data.draw(st.integers(1, 6)))
+    assert_same_figures(
+        agg.merge(written_and_read_back(other), restored, FAKE), agg.merge(other, kept, FAKE)
+    )
+    assert_same_figures(
+        agg.merge(kept, written_and_read_back(other), FAKE), agg.merge(kept, other, FAKE)
+    )
+
+
+def test_a_full_sample_is_written_in_fewer_bytes_without_its_index() -> None:
+    from worker.aggregation.state import compact
+
+    state = fold([result(f"r{i}", {"f1": i / 500, "em": 1.0}, offset=i) for i in range(2_000)])
+    assert all("order" in sample for sample in state["samples"].values())  # full, indexed
+    whole, written = len(json.dumps(state)), len(json.dumps(compact(state)))
+    assert written < 0.75 * whole
+    assert (
+        json.loads(json.dumps(compact(state)))["samples"]["f1"]["items"]
+        == (state["samples"]["f1"]["items"])
+    )

@@ -4,7 +4,10 @@ A sample is `{"capacity": int, "items": {sample_id: value}}`: a `worker.stats.Re
 (the `capacity` ids of smallest `sample_key`), updated here on its JSON form so a case
 costs no object per metric. A full sample also keeps `order`, its ids by ascending key,
 and `cutoff`, the largest key (extra fields, ignored by `Reservoir.from_json`): an item
-above the cutoff is skipped at once, one below it replaces the last id in `order`. Pure.
+above the cutoff is skipped at once, one below it replaces the last id in `order`. That
+index is derived from `items`: `without_index` leaves it out of what is written to a
+changelog, and a full sample read back without it is indexed again on its next update.
+Pure.
 """
 
 from __future__ import annotations
@@ -31,15 +34,23 @@ def add(sample: Sample, ident: str, key: float, value: float) -> None:
         if len(items) >= capacity and "order" not in sample:
             _index(sample)
         return
+    order: list[str] | None = sample.get("order")
+    if order is None:  # full, read back without its index
+        order = _index(sample)
     if key >= sample["cutoff"]:
         return
-    order: list[str] | None = sample.get("order")
-    if order is None:
-        order = _index(sample)
     del items[order.pop()]
     insort(order, ident, key=sample_key)
     items[ident] = value
     sample["cutoff"] = sample_key(order[-1])
+
+
+def without_index(sample: Sample) -> Sample:
+    """`sample` without its derived index (`order`, `cutoff`), for writing: the same
+    reservoir in about 40 % fewer bytes. Shares `items` with `sample`."""
+    if "order" not in sample:
+        return sample
+    return {"capacity": sample["capacity"], "items": sample["items"]}
 
 
 def _index(sample: Sample) -> list[str]:

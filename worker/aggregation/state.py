@@ -275,10 +275,20 @@ def copy_state(state: State) -> State:
     return copied
 
 
+def compact(state: State) -> State:
+    """`state` as written to a changelog: its samples without their derived index
+    (`samples.without_index`), read back as the same state. Shares the rest with `state`."""
+    stored = state.get("samples")
+    if not stored:
+        return state
+    return {**state, "samples": {m: samples.without_index(s) for m, s in stored.items()}}
+
+
 __all__ = [
     "FIELDS",
     "STATE_VERSION",
     "Field",
+    "compact",
     "copy_state",
     "initialise",
     "merge",

@@ -44,6 +44,7 @@ from worker.stream.publish import Folding, Publisher, StreamTopics
 from worker.stream.raw_schema import RawSchema
 from worker.stream.scoring import ScoreStage
 from worker.stream.sessions import SessionStage
+from worker.stream.window_codec import WINDOW_STATE_CODEC
 from worker.stream.windows import WindowStage
 from worker.suites.registry import AGGREGATORS
 
@@ -149,6 +150,7 @@ class ScorestreamApp:
         self.progress = table("progress")
         self.sessions = table("sessions")
         self.windows = table("windows")  # panes and series of the aggregation stage
+        self.windows.value_serializer = WINDOW_STATE_CODEC  # read by its `send_changelog`
         self.gate_states = table("gates")
         # Input offset ranges in flight, by input partition, written from the input's own
         # events: co-partitioned with the input topic (it has `stream.partitions` too).
