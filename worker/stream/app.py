@@ -30,7 +30,7 @@ import faust
 from prometheus_client import Counter
 
 from worker.config import Settings
-from worker.ops.kafka_security import faust_options, internal_topic_configs
+from worker.ops.kafka_security import aiokafka_options, faust_options, internal_topic_configs
 from worker.ops.telemetry import Telemetry, scorestream_version
 from worker.otlp.mapping import OtlpSource
 from worker.otlp.sink import DROP_REASONS, EvaluationSink
@@ -38,6 +38,7 @@ from worker.scoring_suites import ScoringSuites
 from worker.stream import faust_patches
 from worker.stream.context import StreamContext
 from worker.stream.durable_table import durable_table
+from worker.stream.mark_writer import MarkWriter, bootstrap_servers
 from worker.stream.otlp_source import OtlpSourceStage
 from worker.stream.partitioner import partition_for_key
 from worker.stream.publish import Folding, Publisher, StreamTopics
@@ -154,8 +155,17 @@ class ScorestreamApp:
         self.gate_states = table("gates")
         # Input offset ranges in flight, by input partition, written from the input's own
         # events: co-partitioned with the input topic (it has `stream.partitions` too).
+        # Their own producer: every batch waits for its marks (`mark_writer.py`).
+        self.mark_writer = MarkWriter(
+            bootstrap_servers(app.conf.broker), aiokafka_options(settings)
+        )
         self.inflight = durable_table(
-            app, "inflight", partitions=partitions, key_type=str, extra_topic_configs=internal
+            app,
+            "inflight",
+            self.mark_writer,
+            partitions=partitions,
+            key_type=str,
+            extra_topic_configs=internal,
         )
         width = context.pane_width
         folding = None if width is None else Folding(width, AGGREGATORS, settings.reservoir_size)
@@ -175,6 +185,7 @@ class ScorestreamApp:
         app.timer(settings.stream.tick_interval)(self._tick)
         app.timer(settings.aggregate_emit_interval)(self._emit_interim)
         app.on_startup_finished = self._on_ready
+        app.on_before_shutdown.connect(self._stop_mark_writer)
         faust_patches.install(app, settings)  # after the agents: the seek guard reads them
         app.on_partitions_revoked.connect(self._on_revoked)
         app.on_rebalance_complete.connect(self._on_recovered)
@@ -252,6 +263,10 @@ class ScorestreamApp:
             await asyncio.wait_for(self.evaluations.close(), self.settings.stream.rebalance_timeout)
         except Exception:  # the stop goes on; what was not sent is lost (and logged)
             log.exception("sending the last evaluation records failed")
+
+    async def _stop_mark_writer(self, sender: Any, /, *args: Any, **kwargs: Any) -> None:
+        """At a stop: the marks written so far leave, then their producer closes."""
+        await self.mark_writer.stop()
 
     def close(self) -> None:
         """Stop the embedding thread and the scoring processes (after the app stopped)."""

@@ -136,9 +136,13 @@ REQUIRED: tuple[Needs, ...] = (
         "_committed_offset",
         "_read_offset",
     ),
-    # worker.stream.durable_table: keeps the future of each changelog write.
+    # worker.stream.durable_table: keeps the future of each changelog write, and with a
+    # `MarkWriter` encodes and sends it itself, returning the `FutureMessage` Faust reads.
     *_has("durable_table", "faust.Table", "send_changelog"),
-    *_uses("durable_table", "faust.tables.table.Table.on_key_set", "send_changelog"),
+    *_uses("durable_table", "faust.tables.table.Table.on_key_set", "send_changelog", "message"),
+    *_has("durable_table", "faust.topics.Topic", "prepare_key", "prepare_value"),
+    *_has("durable_table", "faust.types.tuples.PendingMessage", "channel", "partition", "topic"),
+    *_uses("durable_table", "faust.types.tuples.FutureMessage.__init__", "message"),
 )
 
 
