@@ -29,6 +29,7 @@ from typing import Any
 import faust
 from prometheus_client import Counter
 
+from topics.provision import bootstrap_servers
 from worker.config import Settings
 from worker.ops.kafka_security import aiokafka_options, faust_options, internal_topic_configs
 from worker.ops.telemetry import Telemetry, scorestream_version
@@ -38,7 +39,7 @@ from worker.scoring_suites import ScoringSuites
 from worker.stream import faust_patches
 from worker.stream.context import StreamContext
 from worker.stream.durable_table import durable_table
-from worker.stream.mark_writer import MarkWriter, bootstrap_servers
+from worker.stream.mark_writer import MarkWriter
 from worker.stream.otlp_source import OtlpSourceStage
 from worker.stream.partitioner import partition_for_key
 from worker.stream.publish import Folding, Publisher, StreamTopics
@@ -156,9 +157,7 @@ class ScorestreamApp:
         # Input offset ranges in flight, by input partition, written from the input's own
         # events: co-partitioned with the input topic (it has `stream.partitions` too).
         # Their own producer: every batch waits for its marks (`mark_writer.py`).
-        self.mark_writer = MarkWriter(
-            bootstrap_servers(app.conf.broker), aiokafka_options(settings)
-        )
+        self.mark_writer = MarkWriter(bootstrap_servers(broker), aiokafka_options(settings))
         self.inflight = durable_table(
             app,
             "inflight",

@@ -29,7 +29,8 @@ class MarkWriter:
     """Writes records on a producer of its own, in order; each write settles the future
     it was given with the broker's acknowledgement (or the error)."""
 
-    def __init__(self, bootstrap: list[str], options: dict[str, Any]) -> None:
+    def __init__(self, bootstrap: str, options: dict[str, Any]) -> None:
+        """`bootstrap`: aiokafka's `host:port,...`; `options`: its security options."""
         self.bootstrap = bootstrap
         self.options = options
         self._queue: asyncio.Queue[tuple[str, int | None, Any, Any, asyncio.Future[Any]]]
@@ -116,9 +117,4 @@ def _settle(settled: asyncio.Future[Any], delivery: asyncio.Future[Any]) -> None
         settled.set_result(delivery.result())
 
 
-def bootstrap_servers(broker_urls: list[Any]) -> list[str]:
-    """`host:port` of each of Faust's broker URLs (`kafka://host:port`)."""
-    return [f"{url.host}:{url.port or 9092}" for url in broker_urls]
-
-
-__all__ = ["MarkWriter", "bootstrap_servers"]
+__all__ = ["MarkWriter"]
