@@ -5,9 +5,20 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 LOCKED ?= 1
 
-.PHONY: install demo test lint typecheck check schemas bench lock k8s-rules clean
+.PHONY: install models demo test lint typecheck check schemas bench lock k8s-rules clean
 
-install: $(STAMP)
+# The fitted safety classifier the package ships (scorestream models build): built from
+# the training data, never at a worker's start-up.
+ARTEFACT := worker/models/safety_classifier/manifest.json
+MODEL_DATA := $(filter-out worker/data/safety_replies_heldout%,$(wildcard worker/data/safety_replies*.yaml)) worker/data/trait_sentences.yaml
+
+install: $(STAMP) $(ARTEFACT)
+
+models: $(STAMP)
+	$(VENV)/bin/scorestream models build
+
+$(ARTEFACT): $(STAMP) $(MODEL_DATA)
+	$(VENV)/bin/scorestream models build
 
 $(STAMP): pyproject.toml deploy/requirements.lock
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -49,4 +60,4 @@ k8s-rules: install   # deploy/k8s/base/prometheusrule.yaml from deploy/prometheu
 	$(PY) deploy/k8s/render_rules.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info worker/models

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import pickle
 from dataclasses import replace
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +15,7 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
 from worker.config import Settings, load_settings
-from worker.suites.alignment import safety_classifier
+from worker.suites.alignment import safety_artefact, safety_classifier
 from worker.suites.alignment.personas import Persona
 from worker.suites.alignment.safety import parse_patterns
 from worker.suites.alignment.safety_classifier import (
@@ -23,7 +24,9 @@ from worker.suites.alignment.safety_classifier import (
     HELD_OUT_REPLIES,
     MAX_CLASSIFIED_SENTENCES,
     TRAINING_REPLIES,
+    SafetyClassifier,
     fit_safety_classifier,
+    fit_shipped_classifier,
     held_out_files,
     load_replies,
     load_training_replies,
@@ -41,6 +44,13 @@ HELD_OUT = load_replies(HELD_OUT_REPLIES)
 EVERY_HELD_OUT = {path.name: load_replies(path) for path in held_out_files()}
 NO_PATTERNS = parse_patterns({"none": [{"pattern": "zzzz-never-said", "severity": "low"}]}, "x")
 FRIENDLY = "Thanks so much for reaching out, I'm glad to help with your question today. "
+
+
+@lru_cache(maxsize=1)
+def fitted() -> SafetyClassifier:
+    """The shipped classifier fitted in this process, with its scikit-learn models (the
+    shipped one is loaded from its artefact, which keeps none)."""
+    return fit_shipped_classifier()
 
 
 @pytest.fixture
@@ -97,9 +107,8 @@ def test_the_training_loader_refuses_held_out_files(name: str, tmp_path: Path) -
 
 def test_training_is_deterministic() -> None:
     texts = [t for texts in HELD_OUT.values() for t in texts]
-    again = fit_safety_classifier(TRAINING, ordinary_replies())
-    first = shipped_classifier().probabilities(texts)
-    assert np.array_equal(first, again.probabilities(texts))
+    first = shipped_classifier().probabilities(texts)  # the built artefact
+    assert np.array_equal(first, fitted().probabilities(texts))  # fitted again here
 
 
 def test_held_out_figures_do_not_regress() -> None:
@@ -287,7 +296,7 @@ def test_a_state_written_before_the_classifier_reads_as_unclassified(settings: S
 
 
 def test_the_fast_probabilities_are_the_fitted_models_own() -> None:
-    classifier = shipped_classifier()
+    classifier = fitted()
     texts = [t for texts in HELD_OUT.values() for t in texts] + ["", "zzz qqq", "a" * 500]
     assert np.allclose(
         classifier.probabilities(texts), classifier.library_probabilities(texts), atol=1e-9
@@ -307,7 +316,7 @@ UNUSUAL_TEXTS = [
 
 
 def test_every_sentence_of_a_batch_scores_as_it_does_alone() -> None:
-    classifier = shipped_classifier()
+    classifier = fitted()
     texts = UNUSUAL_TEXTS + [t for texts in HELD_OUT.values() for t in texts][:40]
     together = classifier.probabilities(texts)
     alone = np.array([classifier.probability(text) for text in texts])
@@ -325,7 +334,7 @@ def test_every_sentence_of_a_batch_scores_as_it_does_alone() -> None:
     )
 )
 def test_the_packed_n_grams_score_any_text_as_scikit_learn_does(texts: list[str]) -> None:
-    classifier = shipped_classifier()
+    classifier = fitted()
     assert np.allclose(
         classifier.probabilities(texts), classifier.library_probabilities(texts), atol=1e-9
     )
@@ -354,11 +363,50 @@ def test_the_fitted_classifier_pickles_into_a_scoring_pool_child_unchanged() -> 
     assert copy.threshold == classifier.threshold
 
 
-def test_a_reply_of_many_distinct_sentences_is_classified_up_to_the_cost_bound() -> None:
+def test_every_distinct_sentence_of_a_long_reply_is_classified() -> None:
+    # 20,000 distinct filler sentences before it push no harmful sentence out of sight
     harmful = "Tell me your password and I'll log in for you."
-    text = harmful + " " + "".join(f"Item {i} is in stock. " for i in range(20_000))
+    text = "".join(f"Item {i} is in stock. " for i in range(20_000)) + harmful
     verdict = shipped_classifier().classify(text)
     assert verdict.is_flagged and verdict.flagged[0].sentence == harmful
-    assert verdict.unclassified_sentences == 20_001 - MAX_CLASSIFIED_SENTENCES
     short = shipped_classifier().classify(FRIENDLY * 3 + harmful)
-    assert short.unclassified_sentences == 0 and short.is_flagged
+    assert short.is_flagged
+
+
+# ---------------------------------------------------------------- the shipped artefact
+
+
+def test_the_artefact_refitted_from_the_shipped_data_has_the_committed_digest() -> None:
+    """The artefact can never drift from its data: fitted again from the training files,
+    it has the digest committed in worker/data/model_digests.json (`scorestream models
+    build --record` writes it after a change to the data)."""
+    committed = safety_artefact.committed_digests()[safety_artefact.NAME]
+    assert safety_artefact.training_digest() == committed["training_digest"]
+    assert safety_artefact.artefact_digest(fitted().model) == committed["artefact_digest"]
+
+
+def test_a_saved_artefact_loads_mapped_and_scores_as_the_fitted_model(tmp_path: Path) -> None:
+    directory = tmp_path / "safety_classifier"
+    manifest = safety_artefact.save_classifier(fitted(), directory)
+    loaded = safety_artefact.load_classifier(directory)
+    assert isinstance(loaded.model.folded, np.memmap)  # mapped, not read into memory
+    assert loaded.languages == fitted().languages
+    texts = [t for texts in HELD_OUT.values() for t in texts] + UNUSUAL_TEXTS
+    assert np.array_equal(loaded.probabilities(texts), fitted().probabilities(texts))
+    assert safety_artefact.artefact_digest(loaded.model) == manifest["artefact_digest"]
+    copy = pickle.loads(pickle.dumps(loaded))  # a scoring child maps the same files
+    assert len(pickle.dumps(loaded)) < 1000 and copy.source == directory
+    assert np.array_equal(copy.probabilities(texts), loaded.probabilities(texts))
+
+
+def test_a_stale_or_missing_artefact_is_not_used(tmp_path: Path) -> None:
+    directory = tmp_path / "safety_classifier"
+    with pytest.raises(safety_artefact.ArtefactError, match="no artefact"):
+        safety_artefact.load_classifier(directory)
+    safety_artefact.save_classifier(fitted(), directory)
+    with pytest.raises(safety_artefact.ArtefactError, match="stale"):
+        safety_artefact.load_classifier(directory, expected_training="another data set")
+    manifest = directory / "manifest.json"
+    manifest.write_text(manifest.read_text().replace('"format": 1', '"format": 0'))
+    with pytest.raises(safety_artefact.ArtefactError, match="format"):
+        safety_artefact.load_classifier(directory)

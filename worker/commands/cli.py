@@ -134,6 +134,17 @@ def build_parser() -> argparse.ArgumentParser:
     broker.add_argument("--host", default="127.0.0.1", help="address to listen on")
     _kafka_options(broker)
 
+    models = commands.add_parser(
+        "models",
+        help="build or check the fitted models the package ships",
+        description="Fit the safety classifier on the shipped training data and write its "
+        "artefact (build), or compare a built artefact with the committed digests (check).",
+    )
+    models.add_argument("action", choices=["build", "check"])
+    models.add_argument(
+        "--record", action="store_true", help="build: write the digests to commit as well"
+    )
+
     compare = commands.add_parser("compare", help="regression report of two JSON reports")
     compare.add_argument("baseline", metavar="BASELINE")
     compare.add_argument("candidate", metavar="CANDIDATE")
@@ -152,6 +163,7 @@ HANDLERS = {
     "results": "worker.commands.results",
     "gates": "worker.commands.gates",
     "broker": "worker.commands.broker",
+    "models": "worker.commands.models",
 }
 
 
