@@ -109,11 +109,16 @@ class ExtractionFigures(OutputModel):
 
 
 class AlignmentFigures(OutputModel):
-    """Alignment figures of a window: closed sessions and their grades."""
+    """Alignment figures of a window: closed sessions and their grades, and the share of
+    their turns the safety classifier judged in full (`safety_coverage`: `covered_turns`
+    of the `coverage_turns` whose coverage was recorded; null when none was)."""
 
     sessions: int
     turns: int
     grade_counts: dict[str, int]
+    covered_turns: int = 0
+    coverage_turns: int = 0
+    safety_coverage: float | None = None
 
 
 class Aggregate(OutputModel):

@@ -122,7 +122,7 @@ def test_session_scores_are_turn_means_with_safety_stability_and_grade(
     expected = (0.5 * 1.0 + 0.3 * (1 - 0.5 / 3) + 0.2 * 0.0) / 1.0
     assert result.scores["overall"] == pytest.approx(expected)
     assert result.grade == grade_for(expected)
-    assert result.counts == {"turns": 3}
+    assert result.counts == {"turns": 3, "covered_turns": 3, "coverage_turns": 3}
     violations = result.details["violations"]
     assert isinstance(violations, list) and len(violations) == 1
     assert violations[0] == {

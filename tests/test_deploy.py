@@ -22,7 +22,11 @@ DEPLOY = REPO / "deploy"
 def test_deploy_config_is_valid(tmp_path: Path) -> None:
     settings = load_settings(DEPLOY / "config.yaml", environ={}, safe_config_json=tmp_path / "n")
     assert settings.broker == "kafka://kafka:9092"
-    assert {gate.name for gate in settings.gates} == {"safe-ci-gate", "safety-drop"}
+    assert {gate.name for gate in settings.gates} == {
+        "safe-ci-gate",
+        "safety-drop",
+        "safety-coverage",
+    }
 
 
 def test_compose_commands_are_scorestream_commands() -> None:

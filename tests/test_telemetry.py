@@ -116,6 +116,7 @@ def exercise(telemetry: Telemetry) -> None:
     telemetry.record_gate(gate_event("firing", {"model": "m"}))
     telemetry.record_embedding_batch(16)
     telemetry.record_embeddings_skipped(3, "overload")
+    telemetry.record_turn_coverage("alignment", {"code": "sv", "confidence": 0.9}, "keywords_only")
     telemetry.set_consumer_lag("in", {0: 3})
     telemetry.set_broker_connected(True)
     telemetry.describe_gates([SAFETY_GATE])
@@ -152,6 +153,8 @@ def test_every_interface_metric_with_its_type_and_labels() -> None:
         "scorestream_max_event_time_lag_seconds": ("gauge", set()),
         "scorestream_embedding_batch_size": ("histogram", {"le"}),
         "scorestream_embeddings_skipped": ("counter", {"reason"}),
+        "scorestream_turn_languages": ("counter", {"suite", "language"}),
+        "scorestream_safety_uncovered": ("counter", {"suite", "language"}),
         "scorestream_late_records": ("counter", {"suite"}),
         "scorestream_unknown_fields": ("counter", {"suite"}),
         "scorestream_judge_errors": ("counter", {"reason"}),

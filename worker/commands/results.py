@@ -228,11 +228,15 @@ def render(console: Console, query: Query, selection: Selection) -> None:
         f" | worst by {query.metric}" if query.metric else ""
     )
     table = Table(title=title)
-    for column in ("id", "kind", "ts", "model", "label", query.metric or "score", "trace_id"):
+    languages = [result_languages(result) for result in selection.results]
+    columns = ["id", "kind", "ts", "model", "label", query.metric or "score", "trace_id"]
+    if any(languages):
+        columns.insert(5, "language")
+    for column in columns:
         table.add_column(column, overflow="fold")
-    for result in selection.results:
+    for result, language in zip(selection.results, languages, strict=True):
         value = result.scores.get(query.metric) if query.metric else None
-        table.add_row(
+        row = [
             result.id,
             result.kind,
             _stamp(result.ts),
@@ -240,9 +244,38 @@ def render(console: Console, query: Query, selection: Selection) -> None:
             result.label or result.grade or "",
             "" if value is None else f"{value:.3f}",
             result.trace_id or "",
-        )
+        ]
+        if any(languages):
+            row.insert(5, language)
+        table.add_row(*row)
     console.print(table)
     console.print(f"{len(selection.results)} case(s)")
 
 
-__all__ = ["parse_segment", "query_of", "read_gate_event", "run_results", "to_json"]
+def result_languages(result: CaseResult) -> str:
+    """The language of a turn result (`details.language`), or of a session's flagged
+    turns (their `classifier_findings`, else its turns' `safety_coverage.languages`), with
+    `*` after one the safety classifier does not cover; "" when the result names none."""
+    details = result.details
+    language = details.get("language")
+    if isinstance(language, dict):
+        uncovered = details.get("safety_coverage") == "keywords_only"
+        return f"{language.get('code', '')}{'*' if uncovered else ''}"
+    findings = details.get("classifier_findings")
+    findings = findings if isinstance(findings, list) else []
+    found = [f.get("language") for f in findings if isinstance(f, dict)]
+    coverage = details.get("safety_coverage")
+    languages = coverage.get("languages") if isinstance(coverage, dict) else None
+    if not any(found) and isinstance(languages, dict):
+        found = list(languages)
+    return ",".join(dict.fromkeys(str(code) for code in found if code))
+
+
+__all__ = [
+    "parse_segment",
+    "query_of",
+    "read_gate_event",
+    "result_languages",
+    "run_results",
+    "to_json",
+]

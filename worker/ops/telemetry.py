@@ -48,6 +48,8 @@ SCORING_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2
 LATENCY_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 EMBEDDING_SKIPPED_OVERLOAD = "overload"  # scorestream_embeddings_skipped_total{reason}
+# A turn result's safety coverage and language (alignment's `language_details`)
+COVERAGE_DETAIL, LANGUAGE_DETAIL, KEYWORDS_ONLY = "safety_coverage", "language", "keywords_only"
 
 _FIXED_LABELS = frozenset({"suite", "metric", "stat", "window", "gate", "le", "quantile"})
 _INVALID_LABEL_CHARS = re.compile(r"[^a-zA-Z0-9_]")
@@ -200,6 +202,17 @@ class Telemetry:
             ["reason"],
         )
         self.embeddings_skipped.labels(EMBEDDING_SKIPPED_OVERLOAD)  # exported at 0
+        self.turn_languages = counter(
+            "scorestream_turn_languages_total",
+            "Assistant turns scored, by suite and detected language (ISO 639-1; und: none).",
+            ["suite", "language"],
+        )
+        self.safety_uncovered = counter(
+            "scorestream_safety_uncovered_total",
+            "Assistant turns the safety classifier could not judge in full (a language it "
+            "was not trained in, or none identified): judged by the keyword patterns alone.",
+            ["suite", "language"],
+        )
         self.consumer_lag = gauge(
             "scorestream_consumer_lag",
             "Records of an assigned partition not yet processed by this worker (end offset "
@@ -322,6 +335,9 @@ class Telemetry:
             unknown = result.details.get(UNKNOWN_FIELDS_DETAIL)
             if isinstance(unknown, list) and unknown:
                 self.record_unknown_fields(suite, len(unknown))
+            coverage = result.details.get(COVERAGE_DETAIL)
+            if result.kind == "turn" and isinstance(coverage, str):
+                self.record_turn_coverage(suite, result.details.get(LANGUAGE_DETAIL), coverage)
             cases = self._series(self.cases, "label", suite, result.label or NO_LABEL)
             counts[cases] = counts.get(cases, 0) + 1
             for metric, value in result.scores.items():
@@ -338,6 +354,15 @@ class Telemetry:
             series.inc(count)
         for series, observations in values.items():
             observe_all(series, observations)
+
+    def record_turn_coverage(self, suite: str, language: Any, coverage: str) -> None:
+        """Count a turn by its language, and as uncovered when it was judged by the
+        keywords alone."""
+        code = language.get("code") if isinstance(language, dict) else None
+        code = self.guard("language", code if isinstance(code, str) else "und")
+        self.turn_languages.labels(suite, code).inc()
+        if coverage == KEYWORDS_ONLY:
+            self.safety_uncovered.labels(suite, code).inc()
 
     def _series(self, family: Any, label: str, suite: str, value: str = "") -> Any:
         """The child of a per-result metric `family` for `suite` (and `label`=`value`),

@@ -26,11 +26,16 @@ def recognises(row: Mapping[str, Any]) -> bool:
 
 
 def figure_values(figures: AlignmentFigures) -> list[tuple[str, str, float]]:
-    """Closed sessions and their turns (`stat="count"`)."""
-    return [
+    """Closed sessions, their turns and the fully judged ones (`stat="count"`), and the
+    share fully judged (`safety_coverage`, `stat="rate"`: what a coverage gate reads)."""
+    values = [
         ("sessions", "count", float(figures.sessions)),
         ("turns", "count", float(figures.turns)),
+        ("covered_turns", "count", float(figures.covered_turns)),
     ]
+    if figures.safety_coverage is not None:
+        values.append(("safety_coverage", "rate", figures.safety_coverage))
+    return values
 
 
 SPEC = SuiteSpec(
@@ -40,7 +45,7 @@ SPEC = SuiteSpec(
     settings=AlignmentSettings,
     figures=AlignmentFigures,
     score_metrics=metrics(*SESSION_METRICS),
-    rate_metrics=(),
+    rate_metrics=metrics("safety_coverage"),
     headline=("safety", "overall"),
     report_rows=("sessions", "session_id"),
     recognises=recognises,
