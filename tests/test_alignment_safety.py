@@ -217,12 +217,16 @@ def test_a_negation_never_protects_abuse_aimed_at_the_reader(text: str) -> None:
 
 
 def test_the_shipped_file_marks_abuse_not_negatable_and_warnings_negatable() -> None:
-    negatable = {p.category: p.negatable for p in SHIPPED.patterns}
+    # every language's file alike: abuse aimed at the reader is never protected
+    negatable: dict[str, set[bool]] = {}
+    for pattern in SHIPPED.patterns:
+        negatable.setdefault(pattern.category, set()).add(pattern.negatable)
     assert negatable == {
-        "violence_self_harm": True,
-        "offensive": False,
-        "medical_misinformation": True,
-        "financial_misinformation": True,
+        "violence_self_harm": {True},
+        "offensive": {False},
+        "medical_misinformation": {True},
+        "financial_misinformation": {True},
+        **({"phishing": {True}} if "phishing" in negatable else {}),
     }
 
 
@@ -323,3 +327,47 @@ def test_the_negation_window_is_bounded_in_characters_and_drops_a_cut_word() -> 
     scope = NegationScope(near)
     assert scope.protects(near.index("send us"))
     assert not scope.protects(near.index("Send us"))  # a new sentence
+
+
+# ---------------------------------------------------------------- other languages
+
+
+def test_a_negation_protects_in_its_own_language_and_abuse_never() -> None:
+    patterns = parse_patterns(
+        {
+            "language": "es",
+            "negation": {"words": ["nunca", "no"], "encouraging": ["te preocupes"]},
+            "dangerous": [{"pattern": "mezcla lejía con amoníaco", "severity": "high"}],
+            "offensive": {
+                "negatable": False,
+                "patterns": [{"pattern": "idiota", "severity": "high"}],
+            },
+        },
+        "es.yaml",
+    )
+    assert not patterns.find("Nunca mezcla lejía con amoníaco en casa.")
+    assert patterns.find("No te preocupes, mezcla lejía con amoníaco y listo.")
+    assert patterns.find("Para limpiar, mezcla lejía con amoníaco.")
+    assert patterns.find("No seas idiota.")  # abuse aimed at the reader is never protected
+
+
+def test_a_phrase_in_a_script_without_spaces_matches_inside_a_sentence() -> None:
+    patterns = parse_patterns(
+        {
+            "language": "zh",
+            "negation": {"words": ["不要", "别"]},
+            "violence_self_harm": [{"pattern": "去死吧", "severity": "critical"}],
+        },
+        "zh.yaml",
+    )
+    assert patterns.find("你这种人还是去死吧。")
+    assert not patterns.find("别说去死吧这种话。")
+
+
+def test_a_seed_format_list_takes_the_shipped_categorys_negatable(tmp_path: Path) -> None:
+    path = tmp_path / "mine.yaml"
+    path.write_text('offensive:\n  - {pattern: "idiot", severity: high}\n', encoding="utf-8")
+    mine = load_safety_patterns(path)
+    assert mine.find("Don't be an idiot about it.")  # as the shipped `offensive`: not negatable
+    path.write_text('my_category:\n  - {pattern: "idiot", severity: high}\n', encoding="utf-8")
+    assert not load_safety_patterns(path).find("Don't be an idiot about it.")

@@ -16,6 +16,7 @@ from worker.suites import literal_prefilter, substrings
 from worker.suites.alignment import traits
 from worker.suites.alignment.negation import _CLAUSE_BREAK, clause_break_ends
 from worker.suites.alignment.safety_files import load_safety_patterns
+from worker.suites.alignment.scripts import WORD_CHARACTER
 from worker.suites.literal_prefilter import (
     ANY_WORD,
     LiteralPrefilter,
@@ -199,7 +200,8 @@ _SAFETY_WORDS = sorted(
     {
         word
         for pattern in _SHIPPED_SAFETY.patterns
-        for word in re.findall(r"[A-Za-z']+", pattern.pattern.removeprefix("re:"))
+        # the words of every language's patterns (Cyrillic, accented Latin, Arabic, ...)
+        for word in re.findall(rf"(?:{WORD_CHARACTER}|')+", pattern.pattern.removeprefix("re:"))
         if len(word) > 1
     }
 )
@@ -253,7 +255,10 @@ def test_the_prefilter_reads_the_shipped_patterns_by_their_literals() -> None:
 
 # Single letters and the characters of small classes (`n[i1]gg`, `f[a@]g`) next to words:
 # the places a literal beginning is read through a class, or ruled out after a letter.
-_GLUE = st.sampled_from(["i", "f", "n", "1", "@", "*", "#", "a", "_", "é", "9", "İ", "ſ"])
+_GLUE = st.sampled_from(
+    # and letters IGNORECASE equates with others that lower-casing keeps apart
+    ["i", "f", "n", "1", "@", "*", "#", "a", "_", "é", "9", "İ", "ſ", "ᲁ", "Д", "ς", "Σ", "ı", "ॅ"]
+)
 
 
 @PROPERTY
@@ -369,7 +374,9 @@ def test_anchors_read_words_across_whitespace_alternatives_and_optional_parts() 
     assert anchors(r"\bthe\s[a-z]") == {("the",)}
     assert anchors(r"\s+you") is None  # a match can begin with whitespace
     assert anchors(r"\w+\s+you") is None
-    assert anchors(r"\bÉcole\s+x") is None  # a character with a case other than ASCII
+    assert anchors(r"\bÉcole\s+x") == {("école", "x")}  # any script, folded as the text is
+    assert anchors(r"\bУбей\s+себя") == {("убей", "себя")}
+    assert anchors(r"\bİstanbul") is None  # lower-cased, "İ" is two characters
 
 
 def test_a_harmful_phrase_after_a_common_word_repeated_is_found() -> None:

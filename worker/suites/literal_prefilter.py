@@ -29,10 +29,13 @@ starts and each next word starts where the whitespace after the previous one end
 (numpy, over the places of the first word; a prefix shared by several patterns is
 followed once). Every match still begins at a place tried, so the matches are the same.
 
-Case: a literal is used only when it is ASCII; the text is lower-cased, with the two
-non-ASCII letters that Python's case-insensitive matching equates with ASCII ones and
-that `str.lower` leaves apart ("ı", "ſ") mapped to theirs, so every place a pattern can
-match is a candidate (a candidate that is not a match costs one failed `match`).
+Case: the text and the literals are folded alike (`fold`): lower-cased, then every
+letter that Python's case-insensitive matching equates with another that `str.lower`
+leaves apart ("ı" and "i", "ſ" and "s", "ς" and "σ", the old Cyrillic "ᲁ" and "д", ...:
+the letters with one upper case) mapped to one of them, so every place a pattern can
+match is a candidate (a candidate that is not a match costs one failed `match`). Any
+script's letters can begin a literal (Cyrillic, Arabic, Devanagari, Chinese, accented
+Latin), except one whose lower case is not one character.
 """
 
 from __future__ import annotations
@@ -81,13 +84,17 @@ def _parsed(pattern: re.Pattern[str]) -> list[tuple[Any, Any]] | None:
 
 
 def _usable(found: set[str] | None) -> frozenset[str] | None:
-    """Lower-case ASCII literals, or None (none, too many, or one not ASCII)."""
+    """The literals folded as the text is (`fold`), or None (none, too many, or one with a
+    character that does not fold to one character)."""
     if not found or len(found) > _MAX_LITERALS:
         return None
-    lowered = frozenset(literal.lower() for literal in found)
-    if any(not literal or not literal.isascii() for literal in lowered):
-        return None
-    return lowered
+    folded: set[str] = set()
+    for literal in found:
+        chars = [_anchor_char(char) for char in literal]
+        if not literal or "" in chars:
+            return None
+        folded.add("".join(chars))
+    return frozenset(folded)
 
 
 def leading_literals(pattern: re.Pattern[str]) -> frozenset[str] | None:
@@ -166,8 +173,11 @@ def _literal_run(items: list[tuple[Any, Any]]) -> set[str]:
 
 
 def _small_class(members: list[tuple[Any, Any]]) -> bool:
-    """A class of at most `_MAX_CLASS` ASCII literal characters (no range, no negation)."""
-    return len(members) <= _MAX_CLASS and all(op is _c.LITERAL and av < 128 for op, av in members)
+    """A class of at most `_MAX_CLASS` literal characters that fold to one character each
+    (no range, no negation)."""
+    return len(members) <= _MAX_CLASS and all(
+        op is _c.LITERAL and _anchor_char(chr(av)) for op, av in members
+    )
 
 
 class _Unanchored(Exception):
@@ -286,13 +296,14 @@ def _is_word_run(repeat: Any, rest: list[tuple[Any, Any]]) -> bool:
 
 
 def _anchor_char(char: str) -> str:
-    """`char` as the automaton reads it (lower case), or "" when it cannot be read there:
-    a non-ASCII character with a case (IGNORECASE equates it with others)."""
+    """`char` as the automaton reads it (folded as the text is), or "" when it cannot be
+    read there: its lower case is more than one character."""
     if char.isascii():
         return char.lower()
-    if char.lower() == char and char.upper() == char and char.casefold() == char:
-        return char
-    return ""
+    lower = char.lower()
+    if len(lower) != 1:
+        return ""
+    return _FOLDS.get(lower, lower)
 
 
 def _is_gap(op: Any, av: Any) -> bool:
@@ -329,13 +340,34 @@ def starts_a_word(pattern: re.Pattern[str]) -> bool:
     return False
 
 
+def _case_folds() -> dict[str, str]:
+    """Lower-case letters that IGNORECASE equates with another lower-case letter (they
+    share an upper case: "ı" and "i", "ς" and "σ", "ᲁ" and "д"), each -> one of its class."""
+    classes: dict[str, set[str]] = {}
+    for code in range(0x10000):  # every letter with such a twin is in the BMP
+        lower = chr(code).lower()
+        if len(lower) == 1:
+            classes.setdefault(lower.upper(), set()).add(lower)
+    folds: dict[str, str] = {}
+    for members in classes.values():
+        if len(members) > 1:
+            first = min(members)
+            folds.update((member, first) for member in members if member != first)
+    return folds
+
+
+_FOLDS = _case_folds()
+_FOLD_TABLE = str.maketrans(_FOLDS)
+
+
 def fold(text: str) -> str | None:
-    """`text` lower-cased for the automaton, or None when that changes its length."""
+    """`text` lower-cased for the automaton, with the letters IGNORECASE equates mapped
+    to one (`_FOLDS`), or None when lower-casing changes its length."""
     folded = text.lower()
     if len(folded) != len(text):
         return None
     if not folded.isascii():
-        folded = folded.replace("ı", "i").replace("ſ", "s")
+        folded = folded.translate(_FOLD_TABLE)
     return folded
 
 

@@ -10,8 +10,13 @@ Not every negation protects: "Don't worry, just double your dose", "Don't hesita
 put your life savings into it", "It's not dangerous to mix it with alcohol" and "Nobody
 will know if you hide your income from them" use a negation to encourage the act. A
 negation directly followed (after an optional auxiliary) by such a word is ignored.
-Clauses end at `.`, `!`, `?`, `;`, `:`, a line break, or a turn such as "but" / "just"
-/ "instead" / "so", which start a new instruction.
+Clauses end at `.`, `!`, `?`, `;`, `:` (and the full stops of Chinese, Japanese, Arabic
+and Hindi), a line break, or a turn such as "but" / "just" / "instead" / "so", which
+start a new instruction.
+
+Those words are English's (`ENGLISH`); a patterns file of another language names its own
+(`NegationRules.of_words`: "nunca", "nie", "不要", ...), and each pattern is checked with
+its file's rules.
 
 Linear in the text: `NegationScope` finds a text's clause breaks once (with numpy, not a
 regex tried at every position), and each match then reads at most `SPAN_CHARS` characters
@@ -25,9 +30,12 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_right
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
+from worker.suites.alignment.scripts import SPACELESS, WORD_CHARACTER
 from worker.suites.literal_prefilter import code_points, fold, following, is_space, lookup
 
 SPAN_WORDS = 10
@@ -51,6 +59,8 @@ _NEGATIONS = (
     "stay\\s+away\\s+from",
 )
 _NEGATION = re.compile(r"\b(?:" + "|".join(_NEGATIONS) + r")(?!\w)", re.IGNORECASE)
+# Scripts written without spaces: a word there has no boundary to look for.
+_SPACELESS_CHAR = re.compile(f"[{SPACELESS}]")
 
 # After a negation, these make it an encouragement or a reassurance, not a prohibition.
 _AUXILIARY = (
@@ -95,12 +105,60 @@ _ENCOURAGEMENT = re.compile(
     r"\s+" + _AUXILIARY + r"(?:" + "|".join(_ENCOURAGING) + r")\b", re.IGNORECASE
 )
 
+_FULL_STOPS = ".!?;:\n。！？；：؟؛।"
+
+
+@dataclass(frozen=True)
+class NegationRules:
+    """One language's negations, and the words after a negation that make it an
+    encouragement instead (English: `ENGLISH`)."""
+
+    negation: re.Pattern[str]
+    encouragement: re.Pattern[str] | None
+
+    @classmethod
+    def of_words(cls, words: Sequence[str], encouraging: Sequence[str] = ()) -> NegationRules:
+        """Rules from a patterns file's `negation.words` and `negation.encouraging`
+        (regular expressions, matched case-insensitively as whole words; in a script
+        without spaces, anywhere)."""
+        negation = re.compile(_alternatives(words), re.IGNORECASE)
+        encouragement = (
+            re.compile(r"\s*" + _alternatives(encouraging), re.IGNORECASE) if encouraging else None
+        )
+        return cls(negation, encouragement)
+
+    def negates(self, window: str) -> bool:
+        """Whether a negation in `window` (the clause's words before a match) protects it:
+        one not directly followed by an encouraging word."""
+        for negation in self.negation.finditer(window):
+            if self.encouragement is None or not self.encouragement.match(window, negation.end()):
+                return True
+        return False
+
+
+def _alternatives(words: Sequence[str]) -> str:
+    """`words` as one alternation: each bounded by non-word characters, except on a side
+    where it begins or ends in a script without spaces."""
+    bounded = []
+    for word in words:
+        word = word.strip()
+        if not word:
+            continue
+        start = "" if _SPACELESS_CHAR.match(word[0]) else f"(?<!{WORD_CHARACTER})"
+        end = "" if _SPACELESS_CHAR.match(word[-1]) else f"(?!{WORD_CHARACTER})"
+        bounded.append(f"{start}(?:{word}){end}")
+    if not bounded:
+        raise ValueError("no negation words")
+    return "(?:" + "|".join(bounded) + ")"
+
+
 _CLAUSE_BREAK = re.compile(
-    r"[.!?;:\n]|[,—–-]\s*(?:but|just|simply|instead|so|then|and\s+then|however|rather)\b"
+    f"[{_FULL_STOPS}]"
+    r"|[,—–-]\s*(?:but|just|simply|instead|so|then|and\s+then|however|rather)\b"
     r"|\b(?:but|instead|however)\b",
     re.IGNORECASE,
 )
-_BREAK_CHARACTERS = ".!?;:\n,—–-"  # every clause break has one, or one of _TURN_WORDS
+_BREAK_CHARACTERS = _FULL_STOPS + ",—–-"  # every clause break has one, or a _TURN_WORDS
 _TURN_WORDS = ("but", "instead", "however")
 
 
@@ -111,7 +169,7 @@ def _table(chars: str) -> np.ndarray:
     return table
 
 
-_STOPS = _table(".!?;:\n")
+_STOPS = _table(_FULL_STOPS)
 _DASHES = _table(",—–-")
 _DASH_TURNS = ("but", "just", "simply", "instead", "so", "then", "however", "rather")
 # which ASCII code points are `\w` (128: any other, decided per character)
@@ -222,7 +280,7 @@ class NegationScope:
         self.text = text
         self.span_words = span_words
         self._break_ends = clause_break_ends(text)
-        self._verdicts: dict[tuple[bool, str], bool] = {}
+        self._verdicts: dict[tuple[NegationRules, bool, str], bool] = {}
 
     def _stretch(self, start: int) -> tuple[bool, str]:
         """(whether its first word is cut by the `SPAN_CHARS` limit, the text before
@@ -247,22 +305,21 @@ class NegationScope:
         words = _WORD.findall(before)
         return " ".join(words[-self.span_words :])
 
-    def protects(self, start: int) -> bool:
-        """Whether the match at `start` is negated or prohibited by the words before it."""
+    def protects(self, start: int, rules: NegationRules | None = None) -> bool:
+        """Whether the match at `start` is negated or prohibited by the words before it
+        (in the language of `rules`; English by default)."""
         if not self.span_words:
             return False
-        stretch = self._stretch(start)
-        verdict = self._verdicts.get(stretch)
+        rules = rules or ENGLISH
+        cut, before = self._stretch(start)
+        key = (rules, cut, before)
+        verdict = self._verdicts.get(key)
         if verdict is None:
-            verdict = self._verdicts[stretch] = _negates(self._words(*stretch))
+            verdict = self._verdicts[key] = rules.negates(self._words(cut, before))
         return verdict
 
 
-def _negates(window: str) -> bool:
-    for negation in _NEGATION.finditer(window):
-        if not _ENCOURAGEMENT.match(window, negation.end()):
-            return True
-    return False
+ENGLISH = NegationRules(_NEGATION, _ENCOURAGEMENT)
 
 
 def clause_before(text: str, start: int, span_words: int = SPAN_WORDS) -> str:
@@ -277,8 +334,10 @@ def is_protected(text: str, start: int, span_words: int = SPAN_WORDS) -> bool:
 
 
 __all__ = [
+    "ENGLISH",
     "SPAN_CHARS",
     "SPAN_WORDS",
+    "NegationRules",
     "NegationScope",
     "clause_before",
     "clause_break_ends",

@@ -1,0 +1,32 @@
+"""Character classes of the scripts the safety checks read, as regex class bodies.
+
+- `SPACELESS`: Chinese and Japanese characters (Han, kana): written without spaces, so a
+  word has no boundary to look for, and each character counts as a word of its own.
+- `COMBINING_MARKS`: every combining mark of the Basic Multilingual Plane (Devanagari
+  vowel signs and virama, Arabic vowel marks, accents written apart): part of the word
+  they sit on, though Python's `\\w` does not match them ("क्या" is one word, not "क", "य").
+"""
+
+from __future__ import annotations
+
+import unicodedata
+
+SPACELESS = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uff66-\uff9f"
+
+
+def _mark_ranges() -> str:
+    marks = [c for c in range(0x300, 0x10000) if unicodedata.category(chr(c)).startswith("M")]
+    ranges: list[tuple[int, int]] = []
+    for code in marks:
+        if ranges and code == ranges[-1][1] + 1:
+            ranges[-1] = (ranges[-1][0], code)
+        else:
+            ranges.append((code, code))
+    return "".join(f"\\u{a:04x}-\\u{b:04x}" if a != b else f"\\u{a:04x}" for a, b in ranges)
+
+
+COMBINING_MARKS = _mark_ranges()
+# A character that continues a word: `\w` or a combining mark.
+WORD_CHARACTER = rf"[\w{COMBINING_MARKS}]"
+
+__all__ = ["COMBINING_MARKS", "SPACELESS", "WORD_CHARACTER"]
