@@ -115,7 +115,7 @@ def test_a_session_with_sampled_out_turns_keeps_every_turns_safety_and_embedded_
     assert sampled.details["stability_note"]
 
 
-def test_a_session_with_every_turn_sampled_out_has_safety_and_no_authenticity(
+def test_a_session_with_every_turn_sampled_out_has_safety_and_no_authenticity_or_grade(
     suites: ScoringSuites,
 ) -> None:
     state = SessionState.new("s", "tunetide", suites.settings.alignment)
@@ -123,9 +123,11 @@ def test_a_session_with_every_turn_sampled_out_has_safety_and_no_authenticity(
         state.add(index, safety_only_turn(text, "tunetide", suites.settings.alignment), None, text)
     scored = score_session(SessionState.from_json(state.to_json()), suites.settings.alignment)
     assert scored.scores["safety"] == 0.0
+    # no grade from safety alone: without authenticity there is no overall (issue 43)
+    assert scored.scores["overall"] is None and scored.grade is None
+    assert "sampled out" in scored.details["overall_note"]
     assert scored.scores["authenticity"] is None
     assert scored.scores["stability"] is None
-    assert scored.scores["overall"] == 0.0  # safety alone, weights renormalised
 
 
 # ---------------------------------------------------------------- the agents, injected clock
@@ -148,11 +150,16 @@ def session_history() -> list[bytes]:
 
 
 async def replay(
-    behind: float, loaded_with: dict[str, Any] | None = None, **alignment: Any
+    behind: float,
+    loaded_with: dict[str, Any] | None = None,
+    starting: bool = False,
+    **alignment: Any,
 ) -> tuple[Harness, list[dict[str, Any]]]:
     """Replay the history through the score stage at time T and through the session
-    stage at T + `behind`: the results the session stage published. `alignment`: the
-    app's `alignment.embedding`; `loaded_with`: the one its scorers were loaded with."""
+    stage at T + `behind`: the results the session stage published. The session stage
+    has been active since T (it fell behind), or, `starting`, begins at T + `behind` (the
+    turns waited for the worker's start). `alignment`: the app's `alignment.embedding`;
+    `loaded_with`: the one its scorers were loaded with."""
     personas = str(EXAMPLES / "personas")
     loaded = None
     if loaded_with is not None:
@@ -162,6 +169,8 @@ async def replay(
     harness.scorer.session_stage.context.clock = clock
     try:
         await harness.score([(value, b"x") for value in session_history()])
+        if not starting:
+            harness.scorer.session_stage.active_since = clock.now
         clock.now += behind
         forwarded = harness.to(f"{harness.scorer.settings.app_id}-alignment-turns")
         harness.sent = []
@@ -202,6 +211,16 @@ async def test_a_session_stage_behind_max_lag_publishes_safety_without_embedding
     assert session["details"]["sampled_out_turns"] == 3
     assert session["scores"]["authenticity"] is None
     assert complete["scores"]["authenticity"] is not None
+
+
+async def test_turns_that_waited_for_the_workers_start_are_embedded() -> None:
+    # issue 43: the time a worker spends starting is not overload
+    harness, results = await replay(30.0, starting=True)
+    assert skipped(harness) == 0
+    turns = [value for value in results if value["kind"] == "turn"]
+    assert len(turns) == 3 and all("embedding" not in value["details"] for value in turns)
+    (session,) = [value for value in results if value["kind"] == "session"]
+    assert session["grade"] is not None and "sampled_out_turns" not in session["details"]
 
 
 async def test_max_lag_null_embeds_every_turn_however_late() -> None:

@@ -81,10 +81,14 @@ class SessionStage:
         self.executor = executor
         self.judge = self.hooks.make_judge(context.telemetry.record_judge_error)
         self.encoder_pace = EncoderPace()
+        # When this stage began its first batch since it started or was assigned its
+        # partitions: a turn that waited for that is not behind because of overload.
+        self.active_since: float | None = None
 
     def forget(self) -> None:
         """Drop cached watermarks after a rebalance (the table has them)."""
         self.progress.forget()
+        self.active_since = None
 
     # ---------------------------------------------------------------- batches
 
@@ -112,10 +116,20 @@ class SessionStage:
         loop = asyncio.get_running_loop()
         max_lag = self.timing.max_lag
 
+        if self.active_since is None:
+            self.active_since = self.context.clock()
+        active_since = self.active_since
+
         def encode(chunk: list[tuple[EventT, dict[str, Any]]]) -> _ChunkVectors:
-            """Start encoding the turns of `chunk` that are within `max_lag` now."""
+            """Start encoding the turns of `chunk` that are within `max_lag` now, counting
+            a turn's wait from when this stage became active at the earliest (the time a
+            worker spends starting, or taking over partitions, is not overload)."""
             now = self.context.clock()
-            lags = [now - float(data["received"]) for _, data in chunk for _ in texts_of(data)]
+            lags = [
+                now - max(float(data["received"]), active_since)
+                for _, data in chunk
+                for _ in texts_of(data)
+            ]
             plan = embedding_plan(lags, max_lag, self.encoder_pace.seconds_per_text)
             texts = [text for _, data in chunk for text in texts_of(data)]
             chosen = [text for text, embed in zip(texts, plan, strict=True) if embed]

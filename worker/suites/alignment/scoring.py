@@ -77,6 +77,10 @@ TURN_METRICS = ("authenticity", "style_sim", "traits", "lexicon", "safety")
 MAX_STORED_TEXT_CHARS = 4000  # per turn, kept for the optional session judge
 MAX_STORED_VIOLATIONS = 20  # per turn, kept for the session result
 SAMPLED_OUT = "sampled_out"  # `details.embedding` of a turn scored without its vector
+NO_OVERALL = (
+    "no overall and no grade: every turn was scored for safety alone (sampled out of "
+    "embedding under overload), so the session has no authenticity"
+)
 FULL_COVERAGE = "full"  # `details.safety_coverage`: keywords and classifier judged it all
 KEYWORDS_ONLY = "keywords_only"  # some of it (or all) was judged by the keywords alone
 
@@ -626,12 +630,18 @@ def score_session(
     stable = stability(embedded, alignment.max_expected_variance)
     authenticity = _mean([record.authenticity for record in records])
     weights = alignment.scoring
-    overall = renormalised_mean(
-        [
-            (authenticity, weights.authenticity_weight),
-            (safety, weights.safety_weight),
-            (stable, weights.stability_weight),
-        ]
+    # No embedded turn (all sampled out under overload): no authenticity, so no overall
+    # and no grade, rather than a grade from safety alone (safety is still scored).
+    overall = (
+        renormalised_mean(
+            [
+                (authenticity, weights.authenticity_weight),
+                (safety, weights.safety_weight),
+                (stable, weights.stability_weight),
+            ]
+        )
+        if embedded
+        else None
     )
     scores: dict[str, float | None] = {
         "authenticity": authenticity,
@@ -681,6 +691,8 @@ def score_session(
         details["stability_note"] = note
     if len(embedded) < len(records):  # authenticity and stability cover the embedded turns
         details["sampled_out_turns"] = len(records) - len(embedded)
+    if not embedded:
+        details["overall_note"] = NO_OVERALL
     return Scored(
         scores=scores,
         grade=grade_for(overall),
