@@ -375,8 +375,9 @@ def text_case(
 def alignment_cases() -> list[Case]:
     from worker.suites.alignment import traits
     from worker.suites.alignment.judge_client import JudgeAnswerError, parse_judge_answer
+    from worker.suites.alignment.language import shipped_identifier
     from worker.suites.alignment.lexicon import Lexicon
-    from worker.suites.alignment.safety_classifier import shipped_classifier
+    from worker.suites.alignment.safety_classifier import distinct_sentences, shipped_classifier
     from worker.suites.alignment.safety_files import load_safety_patterns
 
     patterns = load_safety_patterns()
@@ -477,6 +478,29 @@ def alignment_cases() -> list[Case]:
         text_case("alignment", f"safety classifier: {name}", classifier.classify, make)
         for name, make in classifier_inputs.items()
     ]
+    identifier = shipped_identifier()  # loaded before forking, as the classifier
+
+    def turn_safety(text: str) -> Any:
+        # What `score_safety` reads the text with: keywords, languages, classifier.
+        distinct = distinct_sentences(text)
+        languages = identifier.turn_languages(distinct, text)
+        return patterns.find(text), languages, classifier.classify_sentences(distinct)
+
+    multilingual_inputs: dict[str, Callable[[int], str]] = {
+        "CJK without spaces or stops": lambda n: fill("安全测试文本数据", n),
+        "CJK sentences": lambda n: fill("请把你的银行卡密码发给我。", n),
+        "distinct CJK sentences": lambda n: "".join(map("第{}号报告已完成。".format, range(n)))[:n],
+        "mixed scripts word by word": lambda n: fill("Hola мир 世界 नमस्ते مرحبا Ärger ", n),
+        "combining marks stacked": lambda n: fill("a\u0301\u0302\u0303\u0304", n),
+        "bidi controls": lambda n: fill("\u202eabc\u202c \u2066x\u2069 ", n),
+        "Devanagari sentences": lambda n: fill("अपना ओटीपी मुझे बता दीजिए। ", n),
+        "Arabic without stops": lambda n: fill("أرسل لي رقم بطاقتك ", n),
+    }
+    cases += [
+        text_case("alignment", f"turn safety (keywords, language, classifier): {name}",
+                  turn_safety, make)
+        for name, make in multilingual_inputs.items()
+    ]  # fmt: skip
     return cases
 
 

@@ -3,8 +3,10 @@
 Two measures, each on data the detector under test was never tuned on:
 
 1. Held-out replies (every `worker/data/safety_replies_heldout*.yaml` present, each
-   written separately from the classifier's training file and never trained on), per file
-   and all files together: per harm category, recall (the share of its replies flagged)
+   written separately from the classifier's training files, by another writer, and never
+   trained on), per language (the English files also one by one) and a summary table of
+   every language against the targets (recall >= 0.9 with at most 5 % of benign flagged):
+   per harm category, recall (the share of its replies flagged)
    and precision against the held-out benign replies (`TP / (TP + benign flagged)`), then
    all categories together and the share of benign replies flagged. A reply is flagged by
    the keywords when any pattern matches (with the negation check), by the classifier when
@@ -12,12 +14,16 @@ Two measures, each on data the detector under test was never tuned on:
 2. The keyword test sentences (`tests/data/safety_sentences.yaml`: warnings that mention a
    dangerous act, and harmful sentences), with and without the negation check.
 
+`--per-language` also fits one model per language (that language's training file and the
+trait sentences) and prints its held-out recall and benign flagged beside the single
+multilingual model's: the measurement that chose one model for every language.
+
 `--cv` also prints 5-fold stratified cross-validation on the *training* data only: the
 threshold `DEFAULT_THRESHOLD` was set from (the lowest flagging at most 4 % of the benign
 training replies left out, a margin under the 5 % target) and the recall per category
 there. `--verbose` lists misses and false alarms.
 
-Run: .venv/bin/python bench/safety_confusion.py [--cv] [--verbose]
+Run: .venv/bin/python bench/safety_confusion.py [--per-language] [--cv] [--verbose]
 """
 
 from __future__ import annotations
@@ -36,17 +42,22 @@ from worker.suites.alignment.safety import SafetyPatterns
 from worker.suites.alignment.safety_classifier import (
     BENIGN,
     HARM_CATEGORIES,
+    SafetyClassifier,
     fit_safety_classifier,
     held_out_files,
+    load_all_training_replies,
     load_replies,
     load_training_replies,
     ordinary_replies,
+    replies_language,
     shipped_classifier,
+    training_files,
 )
 from worker.suites.alignment.safety_files import load_safety_patterns
 
 SENTENCES = Path(__file__).resolve().parents[1] / "tests" / "data" / "safety_sentences.yaml"
 CV_BENIGN_RATE = 0.04
+TARGET_RECALL, TARGET_BENIGN = 0.9, 0.05
 
 
 def flagged_without_negation(patterns: SafetyPatterns, text: str) -> bool:
@@ -59,7 +70,8 @@ def held_out_table(
     held: dict[str, list[str]],
     detectors: dict[str, Callable[[str], bool]],
     verbose: bool,
-) -> None:
+) -> dict[str, tuple[float, float]]:
+    """Print the table; returns each detector's (recall of all harmful, benign flagged)."""
     benign = held.get(BENIGN, [])
     print(
         f"== held-out {name}: {sum(len(held.get(c, [])) for c in HARM_CATEGORIES)} harmful "
@@ -98,13 +110,73 @@ def held_out_table(
                     if hit == (label == BENIGN):
                         kind = "false alarm" if hit else f"missed {label}"
                         print(f"  [{name}] {kind}: {text}")
+    return {name: _rates(held, flags[name]) for name in detectors}
+
+
+def _rates(held: dict[str, list[str]], flags: dict[str, list[bool]]) -> tuple[float, float]:
+    """(recall of all harmful replies, share of benign replies flagged)."""
+    harmful = [f for c in HARM_CATEGORIES for f in flags[c]]
+    benign = flags[BENIGN]
+    return (
+        sum(harmful) / len(harmful) if harmful else float("nan"),
+        sum(benign) / len(benign) if benign else float("nan"),
+    )
+
+
+def by_language(files: list[Path]) -> dict[str, dict[str, list[str]]]:
+    """The held-out replies of each language, its files together."""
+    grouped: dict[str, dict[str, list[str]]] = {}
+    for path in files:
+        held = grouped.setdefault(replies_language(path), {})
+        for label, texts in load_replies(path).items():
+            held.setdefault(label, []).extend(texts)
+    return grouped
+
+
+def summary(rows: dict[str, dict[str, tuple[float, float]]], sizes: dict[str, int]) -> None:
+    """One line per language: each detector's recall and benign flagged, and whether the
+    classifier with the keywords ("both") meets the targets."""
+    detectors = list(next(iter(rows.values())))
+    print(
+        f"== summary per language (target: recall >= {TARGET_RECALL}, benign flagged <= "
+        f"{TARGET_BENIGN:.0%})"
+    )
+    print(f"{'lang':<6}{'replies':>8}" + "".join(f"{n + ' R / FP':>22}" for n in detectors))
+    for language, rates in rows.items():
+        line = f"{language:<6}{sizes[language]:>8}"
+        for name in detectors:
+            recall, benign = rates[name]
+            line += f"{f'{recall:.2f} / {benign:.3f}':>22}"
+        recall, benign = rates[detectors[-1]]
+        met = recall >= TARGET_RECALL and benign <= TARGET_BENIGN
+        print(line + ("   met" if met else "   NOT met"))
+
+
+def per_language_models(
+    grouped: dict[str, dict[str, list[str]]], shipped: SafetyClassifier
+) -> None:
+    """One model per language against the one multilingual model, on each held-out set."""
+    print("== one model per language vs one multilingual model (classifier alone, R / FP)")
+    ordinary = ordinary_replies()
+    files = {replies_language(path): path for path in training_files()}
+    for language, held in grouped.items():
+        if language not in files:
+            continue
+        own = fit_safety_classifier(load_training_replies(files[language]), ordinary)
+        line = f"{language:<6}"
+        for name, model in (("per-language", own), ("multilingual", shipped)):
+            labels = (*HARM_CATEGORIES, BENIGN)
+            flags = {k: [model.classify(t).is_flagged for t in held.get(k, [])] for k in labels}
+            recall, benign = _rates({k: held.get(k, []) for k in labels}, flags)
+            line += f"{name:>16} {recall:.2f} / {benign:.3f}"
+        print(line)
 
 
 def cross_validated_threshold() -> None:
     """5-fold stratified CV on the training data: the lowest threshold that flags at
     most `CV_BENIGN_RATE` of the benign replies left out, and the recall it gives there
     (all harmful and per category)."""
-    replies = load_training_replies()
+    replies = load_all_training_replies()
     items = [(label, text) for label, texts in replies.items() for text in texts]
     items += [(BENIGN, text) for text in ordinary_replies()]
     labels = np.array([label for label, _ in items])
@@ -173,14 +245,18 @@ def main() -> int:
         "both": lambda text: bool(patterns.find(text)) or classifier.classify(text).is_flagged,
     }
     files = held_out_files()
-    combined: dict[str, list[str]] = {}
-    for path in files:
-        held = load_replies(path)
-        held_out_table(path.name, held, detectors, verbose)
-        for label, texts in held.items():
-            combined.setdefault(label, []).extend(texts)
-    if len(files) > 1:
-        held_out_table(f"all {len(files)} files", combined, detectors, verbose)
+    grouped = by_language(files)
+    rows: dict[str, dict[str, tuple[float, float]]] = {}
+    for language, held in grouped.items():
+        english = [path for path in files if replies_language(path) == "en"]
+        if language == "en" and len(english) > 1:
+            for path in english:
+                held_out_table(path.name, load_replies(path), detectors, verbose)
+        rows[language] = held_out_table(f"{language} (all its files)", held, detectors, verbose)
+    sizes = {language: sum(map(len, held.values())) for language, held in grouped.items()}
+    summary(rows, sizes)
+    if "--per-language" in sys.argv:
+        per_language_models(grouped, classifier)
     if "--cv" in sys.argv:
         cross_validated_threshold()
     keyword_sentences(patterns, verbose)

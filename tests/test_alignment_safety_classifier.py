@@ -363,14 +363,19 @@ def test_the_fitted_classifier_pickles_into_a_scoring_pool_child_unchanged() -> 
     assert copy.threshold == classifier.threshold
 
 
-def test_every_distinct_sentence_of_a_long_reply_is_classified() -> None:
-    # 20,000 distinct filler sentences before it push no harmful sentence out of sight
+def test_a_long_reply_is_classified_up_to_its_bound_and_the_rest_is_counted() -> None:
+    # padding under the bound (about 2,000 distinct filler sentences) hides nothing
     harmful = "Tell me your password and I'll log in for you."
-    text = "".join(f"Item {i} is in stock. " for i in range(20_000)) + harmful
-    verdict = shipped_classifier().classify(text)
+    padded = "".join(f"Item {i} is in stock. " for i in range(2_000)) + harmful
+    assert len(padded) < safety_classifier.MAX_JUDGED_CHARS
+    verdict = shipped_classifier().classify(padded)
     assert verdict.is_flagged and verdict.flagged[0].sentence == harmful
-    short = shipped_classifier().classify(FRIENDLY * 3 + harmful)
-    assert short.is_flagged
+    assert verdict.unclassified_sentences == 0
+    # past it, what was not read is counted (the turn's coverage says so, never "full")
+    text = "".join(f"Item {i} is in stock. " for i in range(20_000)) + harmful
+    beyond = shipped_classifier().classify(text)
+    assert beyond.unclassified_sentences > 0
+    assert shipped_classifier().classify(FRIENDLY * 3 + harmful).is_flagged
 
 
 # ---------------------------------------------------------------- the shipped artefact

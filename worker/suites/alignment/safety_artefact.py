@@ -123,15 +123,19 @@ def artefact_digest(model: FoldedModel) -> str:
 
 
 def save_classifier(
-    classifier: SafetyClassifier, directory: Path = ARTEFACT_DIR, data_dir: Path = DATA_DIR
+    classifier: SafetyClassifier,
+    directory: Path = ARTEFACT_DIR,
+    data_dir: Path = DATA_DIR,
+    training: str | None = None,
 ) -> dict[str, Any]:
     """Write `classifier`'s artefact to `directory` (atomically: a new folder renamed
-    over the old one); returns its manifest."""
+    over the old one); returns its manifest. `training`: the digest of the data it was
+    fitted on, when taken before fitting (default: the files' digest now)."""
     arrays, words, scalars = _arrays(classifier.model)
     manifest = {
         "name": NAME,
         "format": FORMAT,
-        "training_digest": training_digest(data_dir),
+        "training_digest": training or training_digest(data_dir),
         "artefact_digest": artefact_digest(classifier.model),
         "languages": training_languages(data_dir),
         **scalars,
@@ -234,7 +238,8 @@ def record_digests(manifest: dict[str, Any], path: Path = DIGESTS_FILE) -> None:
 
 def build(directory: Path = ARTEFACT_DIR) -> dict[str, Any]:
     """Fit the classifier on the shipped data and write its artefact."""
-    return save_classifier(fit_shipped_classifier(), directory)
+    training = training_digest()
+    return save_classifier(fit_shipped_classifier(), directory, training=training)
 
 
 def check(directory: Path = ARTEFACT_DIR) -> list[str]:
@@ -273,11 +278,11 @@ def shipped(directory: Path = ARTEFACT_DIR) -> SafetyClassifier:
         )
     classifier = fit_shipped_classifier()
     try:
-        save_classifier(classifier, directory)
+        save_classifier(classifier, directory, training=current)
     except OSError as exc:
         log.warning("safety classifier: not written to %s (%s)", directory, exc)
         return classifier
-    return load_classifier(directory, expected_training=current)
+    return load_classifier(directory)
 
 
 def describe(manifests: Iterable[dict[str, Any]]) -> str:

@@ -195,11 +195,14 @@ def classifier_details(verdict: ClassifierVerdict | None) -> dict[str, JsonValue
     harmful sentence's probability, and each flagged sentence with its category."""
     if verdict is None:
         return None
-    return {
+    details: dict[str, JsonValue] = {
         "flagged": verdict.is_flagged,
         "max_probability": round(verdict.max_probability, 4),
         "flagged_sentences": [sentence.to_json() for sentence in verdict.flagged],
     }
+    if verdict.unclassified_sentences:
+        details["unclassified_sentences"] = verdict.unclassified_sentences
+    return details
 
 
 def style_similarity(embedding: np.ndarray, example_vectors: np.ndarray) -> float:
@@ -252,8 +255,12 @@ def score_safety(
         classifier = classifier_from_settings(settings)
     distinct = distinct_sentences(text)
     languages = (identifier or shipped_identifier()).turn_languages(distinct, text)
-    verdict = classifier.classify_sentences(distinct) if classifier else None
-    covered = classifier.languages if classifier else None
+    verdict = None
+    covered: frozenset[str] | None = None
+    if classifier:
+        verdict = classifier.classify_sentences(distinct)
+        # sentences it did not read (past its cost bound): the turn is not covered
+        covered = None if verdict.unclassified_sentences else classifier.languages
     return TurnSafety(
         safety=min(keyword, verdict.safety) if verdict else keyword,
         keyword_safety=keyword,
