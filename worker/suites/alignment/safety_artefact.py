@@ -69,8 +69,8 @@ def training_digest(data_dir: Path = DATA_DIR) -> str:
 
 
 def training_languages(data_dir: Path = DATA_DIR) -> list[str]:
-    """The languages of the training files, in file order."""
-    return [replies_language(path) for path in training_files(data_dir)]
+    """The languages of the training files, each once, in file order."""
+    return list(dict.fromkeys(replies_language(path) for path in training_files(data_dir)))
 
 
 def _arrays(model: FoldedModel) -> tuple[dict[str, np.ndarray], list[str], dict[str, Any]]:
