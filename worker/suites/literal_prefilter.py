@@ -43,6 +43,7 @@ from __future__ import annotations
 import re
 import warnings
 from collections.abc import Iterator, Sequence
+from functools import lru_cache
 from itertools import chain
 from typing import Any
 
@@ -70,15 +71,22 @@ _STOP = (None, None)  # in a walked item list: what follows is not read
 # which code points `\s` matches (none above U+3000)
 _IS_SPACE = np.array([chr(code).isspace() for code in range(0x3001)] + [False])
 _ASCII_WORD = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_")
-_NOT_WORD = [(_c.IN, [(_c.CATEGORY, _c.CATEGORY_WORD)])]  # `\w` in a parsed pattern
+_WORD_CLASS = [(_c.IN, [(_c.CATEGORY, _c.CATEGORY_WORD)])]  # `\w` in a parsed pattern
 _SPACE_CLASS = [(_c.CATEGORY, _c.CATEGORY_SPACE)]  # `\s` in a parsed pattern
 # which ASCII code points are `\w` (a text's other characters are never ruled out)
 _IS_ASCII_WORD = np.array([chr(code).lower() in _ASCII_WORD for code in range(128)] + [False])
 
 
 def _parsed(pattern: re.Pattern[str]) -> list[tuple[Any, Any]] | None:
+    return _parsed_source(pattern.pattern, pattern.flags)
+
+
+@lru_cache(maxsize=4096)
+def _parsed_source(source: str, flags: int) -> list[tuple[Any, Any]] | None:
+    """Parsed once per source: the analyses below each read the same parse (callers only
+    read the returned items, never change them)."""
     try:
-        return list(sre_parse.parse(pattern.pattern, pattern.flags).data)
+        return list(sre_parse.parse(source, flags).data)
     except Exception:  # an unparsable pattern is simply not prefiltered
         return None
 
@@ -187,6 +195,7 @@ class _Unanchored(Exception):
 _WALK_BUDGET = 5000  # steps of reading one pattern's beginnings (a pattern with more has none)
 
 
+@lru_cache(maxsize=4096)
 def leading_anchors(pattern: re.Pattern[str]) -> frozenset[tuple[str, ...]] | None:
     """Word sequences one of which every match of `pattern` begins with, or None.
 
@@ -287,7 +296,7 @@ def _is_word_run(repeat: Any, rest: list[tuple[Any, Any]]) -> bool:
     """Whether a repeat is `\\w+` and whitespace must follow it (so the word ends where
     the next whitespace is)."""
     low, _high, body = repeat
-    if low < 1 or list(body) != _NOT_WORD:
+    if low < 1 or list(body) != _WORD_CLASS:
         return False
     for op, av in rest:
         if op not in _ZERO_WIDTH:
@@ -334,10 +343,19 @@ def starts_a_word(pattern: re.Pattern[str]) -> bool:
         if op not in _ZERO_WIDTH:
             return False
         if (op is _c.AT and av is _c.AT_BOUNDARY) or (
-            op is _c.ASSERT_NOT and av[0] == -1 and list(av[1].data) == _NOT_WORD
+            op is _c.ASSERT_NOT and av[0] == -1 and _is_word_class(list(av[1].data))
         ):
             return True
     return False
+
+
+def _is_word_class(items: list[tuple[Any, Any]]) -> bool:
+    """Whether `items` is one class holding every `\\w` character (`[\\w]`, or `\\w`
+    with more, such as the combining marks: not after one is still not after a `\\w`)."""
+    if len(items) != 1 or items[0][0] is not _c.IN:
+        return False
+    members = list(items[0][1])
+    return (_c.CATEGORY, _c.CATEGORY_WORD) in members and (_c.NEGATE, None) not in members
 
 
 def _case_folds() -> dict[str, str]:

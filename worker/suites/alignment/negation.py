@@ -138,17 +138,22 @@ class NegationRules:
 
 def _alternatives(words: Sequence[str]) -> str:
     """`words` as one alternation: each bounded by non-word characters, except on a side
-    where it begins or ends in a script without spaces."""
-    bounded = []
+    where it begins or ends in a script without spaces. Words with the same bounds share
+    one pair of boundary checks (a boundary is a long character class: written once per
+    group, the rules compile in milliseconds, not seconds)."""
+    groups: dict[tuple[bool, bool], list[str]] = {}
     for word in words:
         word = word.strip()
-        if not word:
-            continue
-        start = "" if _SPACELESS_CHAR.match(word[0]) else f"(?<!{WORD_CHARACTER})"
-        end = "" if _SPACELESS_CHAR.match(word[-1]) else f"(?!{WORD_CHARACTER})"
-        bounded.append(f"{start}(?:{word}){end}")
-    if not bounded:
+        if word:
+            bounds = (not _SPACELESS_CHAR.match(word[0]), not _SPACELESS_CHAR.match(word[-1]))
+            groups.setdefault(bounds, []).append(f"(?:{word})")
+    if not groups:
         raise ValueError("no negation words")
+    bounded = []
+    for (bounded_start, bounded_end), members in groups.items():
+        start = f"(?<!{WORD_CHARACTER})" if bounded_start else ""
+        end = f"(?!{WORD_CHARACTER})" if bounded_end else ""
+        bounded.append(f"{start}(?:{'|'.join(members)}){end}")
     return "(?:" + "|".join(bounded) + ")"
 
 

@@ -39,6 +39,7 @@ import re
 from bisect import bisect_right
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from itertools import islice
 from typing import Any
 
@@ -111,7 +112,11 @@ class SafetyPatterns:
     def __init__(self, patterns: Iterable[SafetyPattern], source: str = "") -> None:
         self.patterns = tuple(patterns)
         self.source = source
-        self._prefilter = LiteralPrefilter([pattern.regex for pattern in self.patterns])
+
+    @cached_property
+    def _prefilter(self) -> LiteralPrefilter:
+        """Built on the first `find`: a list that is only merged into another never is."""
+        return LiteralPrefilter([pattern.regex for pattern in self.patterns])
 
     @property
     def categories(self) -> list[str]:

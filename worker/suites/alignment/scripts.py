@@ -22,7 +22,9 @@ def _mark_ranges() -> str:
             ranges[-1] = (ranges[-1][0], code)
         else:
             ranges.append((code, code))
-    return "".join(f"\\u{a:04x}-\\u{b:04x}" if a != b else f"\\u{a:04x}" for a, b in ranges)
+    # The characters themselves, not `\\uXXXX` escapes: a class of 189 ranges in every
+    # pattern's two word boundaries is read four times faster by the regex parser.
+    return "".join(f"{chr(a)}-{chr(b)}" if a != b else chr(a) for a, b in ranges)
 
 
 COMBINING_MARKS = _mark_ranges()
