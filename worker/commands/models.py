@@ -2,7 +2,10 @@
 
 `models build` fits the safety classifier on the shipped training data and writes its
 artefact (`worker/models/safety_classifier/`, plain arrays memory-mapped at start-up);
-`make install` and the Docker build run it, so no worker fits anything at start.
+`make install` and the Docker build run it, so no worker fits anything at start. It also
+exports the bundled all-MiniLM-L6-v2 to ONNX (fp32, the default precision) into the
+export cache, unless it is there already: the first alignment turn of a new install does
+not wait for the export either.
 `--record` also writes the digests into `worker/data/model_digests.json` (commit it with
 a change to the training data). `models check` compares the built artefact, and the
 training data present, with those committed digests: exit 0 when they all agree, 3 when
@@ -28,6 +31,7 @@ def run_models(args: argparse.Namespace) -> int:
         print(
             f"built in {time.process_time() - started:.1f} s of CPU: {safety_artefact.ARTEFACT_DIR}"
         )
+        print(_export_encoder())
         if args.record:
             safety_artefact.record_digests(manifest)
             print(f"digests recorded in {safety_artefact.DIGESTS_FILE}")
@@ -46,3 +50,15 @@ def run_models(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     return EXIT_ERROR if problems else EXIT_OK
+
+
+def _export_encoder() -> str:
+    """Export the bundled MiniLM to ONNX (once per weights; a no-op when cached)."""
+    try:
+        from worker.suites.alignment import onnx_minilm
+        from worker.suites.alignment.embedding_model import bundled_model_path
+    except ImportError as exc:  # no onnxruntime: the worker embeds with torch
+        return f"encoder: not exported ({exc})"
+    started = time.perf_counter()
+    path = onnx_minilm.prepare_model(bundled_model_path(), onnx_minilm.default_cache_dir(), "fp32")
+    return f"encoder: {path} ({time.perf_counter() - started:.1f} s)"
