@@ -58,6 +58,7 @@ def test_seed_environment_and_safe_config_json(tmp_path: Path) -> None:
         ("safe: {weights: {CR: 0, AH: 0, AC: 0}}", "safe.weights"),
         ("extraction: {metrics: {relaxed: {match_mode: fuzzy}}}", "relaxed.match_mode"),
         ("brokr: kafka://x:1", "brokr"),
+        ("suites: [safe, alignmnet]", "suites"),
     ],
 )
 def test_bad_config_names_the_key(tmp_path: Path, yaml_text: str, key: str) -> None:

@@ -518,3 +518,10 @@ def test_emoji_acronym_and_passive_cues_are_as_before(text: str, passive_text: s
         a for a in traits._ACRONYM.findall(text) if a not in traits._NOT_ACRONYMS
     ]
     assert traits._PASSIVE.findall(passive_text) == _PASSIVE_BEFORE.findall(passive_text)
+
+
+def test_the_written_out_case_twins_are_this_pythons():
+    """The prefilter folds text with a table written out in the source (computing it reads
+    every BMP code point at each start); it must be the one this Python's Unicode data
+    gives, or a pattern with such a letter would be skipped on a text that matches it."""
+    assert literal_prefilter.case_folds() == literal_prefilter._FOLDS

@@ -271,6 +271,10 @@ class CoreSettings(BaseSettings):
 
     broker: str | None = None
     app_id: str = "scorestream"
+    # The suites this worker scores (unset: every registered suite). A suite left out loads
+    # nothing at start (alignment: no encoder, personas, safety patterns, classifier or
+    # language identifier), and its records become `unknown_suite` dead letters.
+    suites: list[str] | None = None
     topics: TopicNames = Field(default_factory=TopicNames)
     segment_by: list[str] = Field(default_factory=lambda: ["model"])
     windows: list[WindowConfig] = Field(
@@ -299,6 +303,23 @@ class CoreSettings(BaseSettings):
     # OpenTelemetry: GenAI spans in (`sources.otlp`), evaluation log records out.
     sources: SourcesSettings = Field(default_factory=SourcesSettings)
     evaluations: EvaluationSinkSettings | None = None
+
+    @field_validator("suites")
+    @classmethod
+    def _known_suites(cls, value: list[str] | None) -> list[str] | None:
+        if value is None:
+            return None
+        unknown = [name for name in value if registry.find(name) is None]
+        if unknown:
+            known = ", ".join(registry.names())
+            raise ValueError(f"unknown suite {', '.join(unknown)} (known: {known})")
+        if not value:
+            raise ValueError("at least one suite (unset: every suite)")
+        return list(dict.fromkeys(value))
+
+    def scores(self, suite: str) -> bool:
+        """Whether this configuration scores `suite` (`suites`, unset: every suite)."""
+        return self.suites is None or suite in self.suites
 
     @classmethod
     def settings_customise_sources(

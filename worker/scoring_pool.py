@@ -80,12 +80,13 @@ def _from_section(
     return factory(getattr(settings, suite))
 
 
-def case_scorer_factories() -> dict[str, ScorerFactory]:
-    """The case scorer factory of every registered suite scored case by case."""
+def case_scorer_factories(settings: Settings | None = None) -> dict[str, ScorerFactory]:
+    """The case scorer factory of every registered suite scored case by case (of those
+    `settings` scores, when given)."""
     return {
         spec.name: section_factory(spec.name, spec.case_scorer)
         for spec in registry.specs()
-        if spec.case_scorer is not None
+        if spec.case_scorer is not None and (settings is None or settings.scores(spec.name))
     }
 
 
@@ -109,7 +110,7 @@ class ScoringPool:
         # the caller's threads (Kafka clients, the ONNX runtime) or their locks is
         # inherited. "fork" suits a caller without threads (the `score` command): faster.
         self.start_method = start_method
-        self.factories = dict(case_scorer_factories() if factories is None else factories)
+        self.factories = dict(case_scorer_factories(settings) if factories is None else factories)
         # Scorers that can only be described once the caller has warmed up (alignment
         # turns need the embedded persona examples): asked for when the pool starts.
         self.more_factories = more_factories

@@ -36,15 +36,19 @@ class ScoringSuites:
         session_spec = registry.session_suite()
         sessions = None
         if session_spec is not None and session_spec.sessions is not None:
+            # Built even when this worker does not score the suite (`suites`): its stage
+            # still passes event-time progress on; it then loads nothing.
             sessions = session_spec.sessions(
                 session_spec.section(settings), settings.limits.session_text_bytes, embedder
             )
+            if settings.scores(session_spec.name):
+                sessions.check_configuration()
         return cls(
             settings=settings,
             case_scorers={
                 spec.name: spec.case_scorer(spec.section(settings))
                 for spec in registry.specs()
-                if spec.case_scorer is not None
+                if spec.case_scorer is not None and settings.scores(spec.name)
             },
             sessions=sessions,
         )
@@ -73,14 +77,19 @@ class ScoringSuites:
 
     def warm_up(self) -> None:
         """Load what the session suite's first records would wait for (the model, the
-        personas' examples, the safety classifier)."""
-        if self.sessions is not None:
+        personas' examples, the safety classifier), when this worker scores it."""
+        if self._scores_sessions():
+            assert self.sessions is not None
             self.sessions.warm_up()
+
+    def _scores_sessions(self) -> bool:
+        spec = registry.session_suite()
+        return self.sessions is not None and spec is not None and self.settings.scores(spec.name)
 
     def pool_factories(self) -> dict[str, ScorerFactory]:
         """The scoring pool's scorers of session turns, each given its suite's section."""
         spec = registry.session_suite()
-        if self.sessions is None or spec is None:
+        if self.sessions is None or spec is None or not self._scores_sessions():
             return {}
         return {
             name: section_factory(spec.name, factory)

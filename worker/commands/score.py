@@ -81,6 +81,10 @@ class Scorers:
                 known = ", ".join(registry.names())
                 self.unavailable[suite] = f"suite {suite!r} is not available (known: {known})"
                 raise SuiteUnavailable(self.unavailable[suite])
+            if not self.settings.scores(suite):
+                scored = ", ".join(self.settings.suites or ())
+                self.unavailable[suite] = f"suite {suite!r} is not in the config's suites: {scored}"
+                raise SuiteUnavailable(self.unavailable[suite])
             try:
                 self._scorers[suite] = spec.batch_scorer(spec.section(self.settings), self.options)
             except Exception as exc:  # e.g. a suite's own configuration check

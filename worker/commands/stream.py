@@ -71,23 +71,31 @@ async def provision_topics(settings: Settings, broker: str, partitions: int | No
 def run_worker(args: argparse.Namespace) -> int:
     """Run the streaming worker until interrupted."""
     from worker.ops.lag import watch_worker
+    from worker.ops.startup import StartupStages, seconds_since_launch
     from worker.ops.topic_watch import install_topic_watch
     from worker.stream import ScorestreamApp
     from worker.stream.faust_patches import check
 
-    check()  # the Faust libraries its patches were tested with, before anything connects
-    settings = settings_for(args)
-    broker = broker_of(settings)
-    asyncio.run(provision_topics(settings, broker, settings.stream.partitions))
-    try:
-        scorer = ScorestreamApp(settings, broker)
-    except ConfigError as exc:
-        raise UsageError(str(exc)) from None
-    scorer.suites.warm_up()
-    try:
-        scorer.scoring_pool.start()
-    except RuntimeError as exc:
-        raise UsageError(str(exc)) from None
+    startup = StartupStages(launched=seconds_since_launch())
+    with startup.stage("settings"):
+        check()  # the Faust libraries its patches were tested with, before anything connects
+        settings = settings_for(args)
+        broker = broker_of(settings)
+    with startup.stage("topics"):
+        asyncio.run(provision_topics(settings, broker, settings.stream.partitions))
+    with startup.stage("suites"):
+        try:
+            scorer = ScorestreamApp(settings, broker)
+        except ConfigError as exc:
+            raise UsageError(str(exc)) from None
+    with startup.stage("models"):
+        scorer.suites.warm_up()
+    with startup.stage("scoring processes"):
+        try:
+            scorer.scoring_pool.start()
+        except RuntimeError as exc:
+            raise UsageError(str(exc)) from None
+    scorer.startup = startup
     watch_worker(scorer, settings)
     stopped_because: list[str] = []
 

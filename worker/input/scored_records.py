@@ -61,6 +61,8 @@ def score_record(
         received_at,
         settings.max_future_skew,
     )
+    if not settings.scores(record.suite):
+        raise Rejected(UNKNOWN_SUITE, f"suite {record.suite!r} is not in this worker's `suites`")
     session_suite = registry.session_suite()
     if session_suite is not None and record.suite == session_suite.name:
         return NOT_A_CASE

@@ -32,6 +32,7 @@ from prometheus_client import Counter
 from topics.provision import bootstrap_servers
 from worker.config import Settings
 from worker.ops.kafka_security import aiokafka_options, faust_options, internal_topic_configs
+from worker.ops.startup import StartupStages
 from worker.ops.telemetry import Telemetry, scorestream_version
 from worker.otlp.mapping import OtlpSource
 from worker.otlp.sink import DROP_REASONS, EvaluationSink
@@ -110,6 +111,7 @@ class ScorestreamApp:
         self.telemetry = telemetry or Telemetry.from_settings(settings)
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embed")
         self.ready = asyncio.Event()
+        self.startup: StartupStages | None = None  # the launch's stages, logged when ready
 
         app_id = settings.app_id
         partitions = settings.stream.partitions
@@ -287,6 +289,9 @@ class ScorestreamApp:
         gc.set_threshold(*GC_THRESHOLD)
         self.ready.set()
         log.info("scorestream worker ready")
+        if self.startup is not None:
+            self.startup.mark("joining the group")
+            log.info("%s", self.startup.summary())
 
     def topic_names(self) -> set[str]:
         """Every topic the worker reads or writes: the catalog's, its two internal hops

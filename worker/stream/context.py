@@ -20,6 +20,7 @@ from worker.scoring_pool import ScoringPool
 from worker.scoring_suites import ScoringSuites
 from worker.stream.faust_patches.internals import current_event
 from worker.stream.publish import Publisher
+from worker.suites import registry
 from worker.windowing.windows import gate_windows, pane_width
 
 log = logging.getLogger("scorestream")
@@ -27,7 +28,11 @@ log = logging.getLogger("scorestream")
 
 # What the scoring pool's children need besides the case scorers: the alignment turn
 # scorer and the safety classifier's scikit-learn.
-POOL_PRELOAD = ("worker.suites.alignment.streaming", "worker.suites.alignment.safety_classifier")
+POOL_PRELOAD = (
+    "worker.suites.alignment.streaming",
+    "worker.suites.alignment.safety_classifier",
+    "worker.suites.alignment.preload",  # the shipped patterns and language identifier
+)
 
 
 @dataclass
@@ -48,8 +53,12 @@ class StreamContext:
     def __post_init__(self) -> None:
         self.windows = gate_windows(self.settings)
         self.pane_width = pane_width(self.windows)
+        sessions = registry.session_suite()
+        scores_sessions = sessions is not None and self.settings.scores(sessions.name)
         self.scoring_pool = ScoringPool(
-            self.settings, more_factories=self.suites.pool_factories, preload=POOL_PRELOAD
+            self.settings,
+            more_factories=self.suites.pool_factories,
+            preload=POOL_PRELOAD if scores_sessions else (),
         )
 
     def now(self) -> datetime:

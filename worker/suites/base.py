@@ -287,6 +287,11 @@ class SessionSuite(Protocol):
         """Score a closed session (with `judge`'s verdict when there is one)."""
         ...
 
+    def check_configuration(self) -> None:
+        """Read the suite's configured files (raises `ConfigError`): done at a start that
+        scores the suite, so a bad file fails the start, not every record."""
+        ...
+
     def warm_up(self) -> None:
         """Load what the first records would otherwise wait for."""
         ...

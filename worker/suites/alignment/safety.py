@@ -118,6 +118,11 @@ class SafetyPatterns:
         """Built on the first `find`: a list that is only merged into another never is."""
         return LiteralPrefilter([pattern.regex for pattern in self.patterns])
 
+    def prepare(self) -> SafetyPatterns:
+        """Build what the first `find` would otherwise wait for; returns self."""
+        _ = self._prefilter
+        return self
+
     @property
     def categories(self) -> list[str]:
         return sorted({pattern.category for pattern in self.patterns})

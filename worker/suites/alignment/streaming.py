@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
-from functools import partial
+from functools import cached_property, partial
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -21,6 +21,7 @@ from worker.settings_base import SESSION_TEXT_BYTES
 from worker.suites.alignment.embedding_model import Embedder, embedder_from_settings
 from worker.suites.alignment.judge_client import SafetyJudge
 from worker.suites.alignment.judge_verdict import with_verdict
+from worker.suites.alignment.language import shipped_identifier
 from worker.suites.alignment.personas import PersonaCatalog, personas_from_settings
 from worker.suites.alignment.safety_files import patterns_from_settings
 from worker.suites.alignment.scoring import (
@@ -38,6 +39,7 @@ from worker.suites.alignment.trait_model import TraitClassifier
 from worker.suites.base import Scored, SessionTiming, TurnInput
 
 if TYPE_CHECKING:  # scikit-learn is imported only where the classifier is used
+    from worker.suites.alignment.safety import SafetyPatterns
     from worker.suites.alignment.safety_classifier import SafetyClassifier
 
 # The scoring pool's name for alignment turns: payload (persona_id, text, vector).
@@ -58,9 +60,22 @@ class AlignmentSessions:
     ) -> None:
         self.settings = settings
         self.text_budget = text_budget  # limits.session_text_bytes
-        self.embedder = embedder or embedder_from_settings(settings)
-        self.personas = PersonaCatalog.from_settings(settings, self.embedder)
-        self.patterns = patterns_from_settings(settings)
+        self._embedder = embedder
+
+    # Loaded on first use: a worker that does not score alignment (`suites`) loads none
+    # of them; one that does loads them all before it is ready (`ScoringSuites.load`,
+    # `warm_up`), so its first turn waits for nothing.
+    @cached_property
+    def embedder(self) -> Embedder:
+        return self._embedder or embedder_from_settings(self.settings)
+
+    @cached_property
+    def personas(self) -> PersonaCatalog:
+        return PersonaCatalog.from_settings(self.settings, self.embedder)
+
+    @cached_property
+    def patterns(self) -> SafetyPatterns:
+        return patterns_from_settings(self.settings)
 
     def timing(self, section: AlignmentSettings) -> SessionTiming:
         return SessionTiming(section.session_idle_timeout, section.embedding.max_lag)
@@ -171,6 +186,10 @@ class AlignmentSessions:
         scored = score_session(state, self.settings, verdict.score)
         return with_verdict(scored, verdict, judge_settings.on_error)
 
+    def check_configuration(self) -> None:
+        """Read the personas and safety pattern files (a `ConfigError` names the bad one)."""
+        _ = self.personas, self.patterns
+
     def warm_up(self) -> None:
         """Load the model, embed every persona's examples and train the safety classifier
         (when enabled) before traffic arrives."""
@@ -215,7 +234,10 @@ def alignment_turn_scorer(
         )
         for persona in personas_from_settings(settings).values()
     }
-    patterns = patterns_from_settings(settings)
+    # Ready before the child takes its first turn (the fork server already holds the
+    # shipped ones: `worker.suites.alignment.preload`).
+    patterns = patterns_from_settings(settings).prepare()
+    shipped_identifier()
 
     def score(turn: Any) -> TurnScore:
         persona_id, text, vector = turn

@@ -1,0 +1,47 @@
+"""The one start-up line: where a worker's start went, stage by stage."""
+
+from __future__ import annotations
+
+from worker.ops.startup import StartupStages, seconds_since_launch
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_each_stage_and_the_total_from_the_launch() -> None:
+    clock = FakeClock()
+    stages = StartupStages(clock, launched=1.5)  # interpreter and imports before
+    with stages.stage("settings"):
+        clock.now += 0.25
+    clock.now += 0.5  # untimed work between stages is not a stage's, but is in the total
+    with stages.stage("models"):
+        clock.now += 2.0
+    clock.now += 3.0  # joining the group: ends in a callback
+    stages.mark("joining the group")
+    assert stages.total == 1.5 + 0.25 + 0.5 + 2.0 + 3.0
+    assert stages.summary() == (
+        "start-up 7.2 s: interpreter and imports 1.5 s, settings 0.2 s, models 2.0 s, "
+        "joining the group 3.0 s"
+    )
+
+
+def test_a_stage_that_raises_is_still_timed() -> None:
+    clock = FakeClock()
+    stages = StartupStages(clock)
+    try:
+        with stages.stage("topics"):
+            clock.now += 1.0
+            raise RuntimeError("broker gone")
+    except RuntimeError:
+        pass
+    assert stages.summary() == "start-up 1.0 s: topics 1.0 s"
+
+
+def test_this_process_has_run_for_a_while() -> None:
+    ran = seconds_since_launch()
+    assert ran is None or 0.0 <= ran < 3600.0
