@@ -1,0 +1,390 @@
+"""The pause in results while a worker joins a running group and while one leaves (issue
+43, item 7).
+
+    .venv/bin/python bench/membership.py [--rounds 3] [--rate 300] [--settle 5] [--after 8]
+
+On the embedded Tansu broker, SAFE envelopes (examples/safe, unique ids, `ts` = now) go
+to the input topic at a steady `--rate` a second for the whole run, while one
+`scorestream worker` process (default configuration, Tansu's stream settings, its own
+topics) scores them. Then, each round:
+
+1. join: a new worker is launched; it loads its scorers, joins the group (a rebalance)
+   and takes partitions; `--settle` seconds after its first result,
+2. leave: the older of the two gets SIGTERM, stops gracefully and leaves the group (a
+   rebalance); the remaining worker runs alone for `--after` seconds after the exit, then
+   `--steady` seconds more before the next round's join. SIGTERM goes to the worker
+   process alone, as Kubernetes sends it; `--group-signal` sends it to the process group
+   (the scoring children too), as a terminal's Ctrl-C or systemd's default KillMode do.
+
+Printed per round: each new worker's time from launch to ready (its log line) and to its
+first result (its `scorestream_cases_total` > 0 on /metrics, polled every 0.2 s), the
+stopped worker's time from SIGTERM to exit, and the longest gap between two results read
+back (arrival time at a group-less reader of the results topic, which fetches with a
+20 ms wait) in three windows: steady (the `--steady` s before the launch, one worker),
+join (launch -> SIGTERM) and leave (SIGTERM -> `--after` s after the exit). A window's gap counts
+the stretch from the last result before it, and to its end when results have stopped.
+At the end: min / median / max over the rounds, next to the group's session and
+rebalance timeouts (target: the longest gap <= 2x the larger of them), and the cases that
+got no result within 30 s of the last send. The machine is shared: run it when it is
+quiet, and read single rounds as noisy. A default run takes about 3 minutes when a
+worker starts in 30 s (each round starts one).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import itertools
+import math
+import os
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+
+from topics.catalog import record_key, topic_names
+from topics.provision import create_topics
+from worker.config import load_settings
+from worker.ops.broker import TANSU_STREAM_SETTINGS, EmbeddedBroker
+
+REPO = Path(__file__).resolve().parent.parent
+PARTITIONS = 4
+STARTUP_S = 180.0  # the longest a worker may take to its first result
+STOP_S = 90.0  # the longest a SIGTERM stop may take before SIGKILL
+DRAIN_S = 30.0  # after the last send, how long to wait for the last results
+READ_WAIT_MS = 20
+
+
+@dataclass
+class Member:
+    """One worker process."""
+
+    name: str
+    process: subprocess.Popen[bytes]
+    log_path: Path
+    launched: float
+    ready: float = math.nan
+    first_result: float = math.nan
+    signalled: float = math.nan
+    exited: float = math.nan
+
+    def log(self) -> str:
+        return self.log_path.read_text(encoding="utf-8", errors="replace")
+
+    def metrics_url(self) -> str | None:
+        found = re.findall(r"metrics on (http://\S+/metrics)", self.log())
+        return str(found[-1]) if found else None
+
+
+@dataclass
+class Round:
+    """The figures of one join and one leave."""
+
+    steady_gap: float = math.nan
+    join_gap: float = math.nan
+    leave_gap: float = math.nan
+    to_ready: float = math.nan
+    to_first_result: float = math.nan
+    stop_took: float = math.nan
+
+
+@dataclass
+class Stream:
+    """What was sent and what came back, with wall times."""
+
+    sent: dict[str, float] = field(default_factory=dict)
+    results: set[str] = field(default_factory=set)
+    arrivals: list[float] = field(default_factory=list)  # each batch of new results
+
+
+def envelopes() -> list[dict[str, Any]]:
+    """The SAFE example envelopes."""
+    lines = (REPO / "examples" / "safe" / "envelopes.jsonl").read_bytes().splitlines()
+    return [orjson.loads(line) for line in lines if line.strip()]
+
+
+async def send_steadily(
+    producer: AIOKafkaProducer, topic: str, tag: str, rate: float, stream: Stream
+) -> None:
+    """`rate` SAFE envelopes a second, each when due, until cancelled."""
+    examples = envelopes()
+    started = time.time()
+    count = 0
+    while True:
+        due = int((time.time() - started) * rate) + 1
+        while count < due:
+            record = dict(examples[count % len(examples)])
+            record["id"] = f"{tag}-{count}"
+            record["ts"] = int(time.time() * 1000)
+            value = orjson.dumps(record)
+            stream.sent[record["id"]] = time.time()
+            await producer.send(topic, value, key=record_key(value))
+            count += 1
+        await asyncio.sleep(max(0.0, count / rate - (time.time() - started)))
+
+
+async def read_results(consumer: AIOKafkaConsumer, stream: Stream) -> None:
+    """Record the arrival time of every batch that brings a new result."""
+    while True:
+        batches = await consumer.getmany(timeout_ms=100)
+        now = time.time()
+        new = False
+        for messages in batches.values():
+            for message in messages:
+                ident = str(orjson.loads(message.value)["id"])
+                if ident not in stream.results:
+                    stream.results.add(ident)
+                    new = True
+        if new:
+            stream.arrivals.append(now)
+
+
+def longest_gap(arrivals: list[float], start: float, end: float) -> float:
+    """The longest stretch without a new result within [start, end]: from the last
+    arrival before `start` (or `start`), to `end` when nothing came after the last one."""
+    before = [t for t in arrivals if t < start]
+    points = [before[-1] if before else start]
+    points += [t for t in arrivals if start <= t <= end]
+    points.append(end)
+    return max(b - a for a, b in itertools.pairwise(points))
+
+
+def launch(name: str, broker: EmbeddedBroker, config: Path, logs: Path) -> Member:
+    """`python -m worker worker` in its own session, as an operator runs it."""
+    log_path = logs / f"{name}.log"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(REPO)}
+    command = [sys.executable, "-m", "worker", "worker", "--broker", broker.url]
+    with log_path.open("wb") as out:
+        process = subprocess.Popen(
+            [*command, "--config", str(config)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=REPO,
+            start_new_session=True,
+        )
+    return Member(name, process, log_path, time.time())
+
+
+def cases_scored(url: str) -> float:
+    text = urllib.request.urlopen(url, timeout=2).read().decode()
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("scorestream_cases_total{")
+    )
+
+
+async def wait_first_result(member: Member) -> bool:
+    """Poll the member's log and /metrics until it has scored a case."""
+    deadline = member.launched + STARTUP_S
+    while time.time() < deadline and member.process.poll() is None:
+        if math.isnan(member.ready) and "scorestream worker ready" in member.log():
+            member.ready = time.time()
+        url = member.metrics_url()
+        if url is not None:
+            with contextlib.suppress(OSError, ValueError):
+                if await asyncio.to_thread(cases_scored, url) > 0:
+                    member.first_result = time.time()
+                    if math.isnan(member.ready) and "scorestream worker ready" in member.log():
+                        member.ready = member.first_result
+                    return True
+        await asyncio.sleep(0.2)
+    print(
+        f"{member.name} scored nothing; its log ends:\n" + "\n".join(member.log().split("\n")[-15:])
+    )
+    return False
+
+
+async def stop(member: Member, group: bool = False, timeout: float = STOP_S) -> None:
+    """SIGTERM to the worker process, as Kubernetes sends it to a container's first
+    process (`group`: to its process group, its scoring children too, as a terminal's
+    Ctrl-C or systemd's default KillMode do); SIGKILL after `timeout` s. Children left
+    when the worker has exited are reported and killed."""
+    member.signalled = time.time()
+    pid = member.process.pid
+    if member.process.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            if group:
+                os.killpg(pid, signal.SIGTERM)
+            else:
+                os.kill(pid, signal.SIGTERM)
+        try:
+            await asyncio.to_thread(member.process.wait, timeout)
+        except subprocess.TimeoutExpired:
+            print(f"{member.name} did not stop within {timeout:g}s: SIGKILL")
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
+            await asyncio.to_thread(member.process.wait, 10)
+    member.exited = time.time()
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, 0)  # raises when the group is empty
+        print(f"{member.name} exited and left processes behind: SIGKILL to its group")
+        os.killpg(pid, signal.SIGKILL)
+
+
+def spread(values: list[float]) -> str:
+    """min / median / max."""
+    found = [v for v in values if not math.isnan(v)]
+    if not found:
+        return "-"
+    return f"{min(found):5.2f} / {statistics.median(found):5.2f} / {max(found):5.2f}"
+
+
+async def run(args: argparse.Namespace) -> int:
+    tag = f"mb{time.time_ns() % 10**10}"
+    config: dict[str, Any] = {
+        "app_id": f"membership-{tag}",
+        "topics": {
+            "input": f"{tag}-in",
+            "results": f"{tag}-results",
+            "aggregates": f"{tag}-aggregates",
+            "gates": f"{tag}-gates",
+            "dead_letters": f"{tag}-dlq",
+        },
+        "idle_timeout": "1s",
+        "metrics_port": 0,
+        "stream": {**TANSU_STREAM_SETTINGS, "partitions": PARTITIONS},
+    }
+    settings = load_settings(None, overrides=config, environ={})
+    timeout = max(settings.stream.session_timeout, settings.stream.rebalance_timeout)
+    print(
+        f"SAFE at {args.rate:g}/s throughout, {args.rounds} rounds of join + leave; "
+        f"group session_timeout {settings.stream.session_timeout:g}s, rebalance_timeout "
+        f"{settings.stream.rebalance_timeout:g}s (Tansu's settings; target: longest gap "
+        f"<= {2 * timeout:g}s)",
+        flush=True,
+    )
+    started = time.time()
+    stream = Stream()
+    rounds: list[Round] = []
+    logs = Path(args.logs or tempfile.mkdtemp(prefix="scorestream-membership-"))
+    logs.mkdir(parents=True, exist_ok=True)
+    with EmbeddedBroker() as broker:
+        path = logs / "config.json"
+        path.write_bytes(orjson.dumps(config))
+        await create_topics(broker.url, topic_names(settings.topics), PARTITIONS)
+        reader = AIOKafkaConsumer(
+            settings.topics.results,
+            bootstrap_servers=broker.bootstrap,
+            group_id=None,
+            auto_offset_reset="earliest",
+            fetch_max_wait_ms=READ_WAIT_MS,
+        )
+        producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=5)
+        await reader.start()
+        await producer.start()
+        members: list[Member] = []
+        tasks = [
+            asyncio.create_task(read_results(reader, stream)),
+            asyncio.create_task(
+                send_steadily(producer, settings.topics.input, tag, args.rate, stream)
+            ),
+        ]
+        try:
+            first = launch("worker-1", broker, path, logs)
+            members.append(first)
+            if not await wait_first_result(first):
+                return 1
+            print(
+                f"worker-1 (alone): ready {first.ready - first.launched:.1f}s, first result "
+                f"{first.first_result - first.launched:.1f}s after launch",
+                flush=True,
+            )
+            await asyncio.sleep(args.steady)
+            for index in range(args.rounds):
+                figures = Round()
+                joining = launch(f"worker-{len(members) + 1}", broker, path, logs)
+                members.append(joining)
+                figures.steady_gap = longest_gap(
+                    stream.arrivals, joining.launched - args.steady, joining.launched
+                )
+                if not await wait_first_result(joining):
+                    return 1
+                figures.to_ready = joining.ready - joining.launched
+                figures.to_first_result = joining.first_result - joining.launched
+                await asyncio.sleep(args.settle)
+                leaving = next(m for m in members if m.process.poll() is None)
+                await stop(leaving, args.group_signal)
+                figures.stop_took = leaving.exited - leaving.signalled
+                figures.join_gap = longest_gap(stream.arrivals, joining.launched, leaving.signalled)
+                await asyncio.sleep(max(0.0, leaving.exited + args.after - time.time()))
+                figures.leave_gap = longest_gap(
+                    stream.arrivals, leaving.signalled, leaving.exited + args.after
+                )
+                rounds.append(figures)
+                print(
+                    f"round {index + 1}: {joining.name} joined: ready {figures.to_ready:.1f}s, "
+                    f"first result {figures.to_first_result:.1f}s after launch; "
+                    f"{leaving.name} left: stop took {figures.stop_took:.1f}s; longest gap: "
+                    f"steady {figures.steady_gap:.2f}s, join {figures.join_gap:.2f}s, "
+                    f"leave {figures.leave_gap:.2f}s",
+                    flush=True,
+                )
+                if index + 1 < args.rounds:
+                    await asyncio.sleep(args.steady)
+            tasks[1].cancel()
+            last_send = time.time()
+            while time.time() < last_send + DRAIN_S and not stream.sent.keys() <= stream.results:
+                await asyncio.sleep(0.2)
+        finally:
+            for task in tasks:
+                task.cancel()
+            for member in members:
+                await stop(member, timeout=30)
+            await producer.stop()
+            await reader.stop()
+    missing = len(stream.sent.keys() - stream.results)
+    print(
+        f"\n{len(rounds)} rounds, min / median / max (s):\n"
+        f"  new worker: launch -> ready          {spread([r.to_ready for r in rounds])}\n"
+        f"  new worker: launch -> first result   {spread([r.to_first_result for r in rounds])}\n"
+        f"  SIGTERM -> the worker exited         {spread([r.stop_took for r in rounds])}\n"
+        f"  longest gap, steady (one worker)     {spread([r.steady_gap for r in rounds])}\n"
+        f"  longest gap, join                    {spread([r.join_gap for r in rounds])}\n"
+        f"  longest gap, leave                   {spread([r.leave_gap for r in rounds])}\n"
+        f"  session_timeout {settings.stream.session_timeout:g}s, rebalance_timeout "
+        f"{settings.stream.rebalance_timeout:g}s: target longest gap <= {2 * timeout:g}s"
+    )
+    worst = max([r.join_gap for r in rounds] + [r.leave_gap for r in rounds], default=math.nan)
+    met = worst <= 2 * timeout
+    print(
+        f"{len(stream.sent)} cases sent, {missing} without a result {DRAIN_S:g}s after the "
+        f"last send; worst gap {worst:.2f}s: target {'met' if met else 'NOT met'}; "
+        f"total {time.time() - started:.0f}s; worker logs in {logs}"
+    )
+    return 0 if (met and not missing) or not args.strict else 1
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rate", type=float, default=300.0, help="SAFE envelopes a second")
+    parser.add_argument(
+        "--settle", type=float, default=5.0, help="s after the new worker's first result"
+    )
+    parser.add_argument("--after", type=float, default=8.0, help="s after the SIGTERM")
+    parser.add_argument("--steady", type=float, default=4.0, help="s of one worker per round")
+    parser.add_argument("--logs", type=Path, help="keep the worker logs here")
+    parser.add_argument(
+        "--group-signal",
+        action="store_true",
+        help="SIGTERM the leaving worker's whole process group (its scoring children too)",
+    )
+    parser.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
+    return parser.parse_args(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(run(parse_args())))
