@@ -1,7 +1,7 @@
 """The pause in results while a worker joins a running group and while one leaves (issue
 43, item 7).
 
-    .venv/bin/python bench/membership.py [--rounds 3] [--rate 300] [--settle 5] [--after 8]
+    .venv/bin/python bench/membership.py [--rounds 3] [--rate 300] [--settle 4] [--after 6]
 
 On the embedded Tansu broker, SAFE envelopes (examples/safe, unique ids, `ts` = now) go
 to the input topic at a steady `--rate` a second for the whole run, while one
@@ -16,13 +16,18 @@ topics) scores them. Then, each round:
    process alone, as Kubernetes sends it; `--group-signal` sends it to the process group
    (the scoring children too), as a terminal's Ctrl-C or systemd's default KillMode do.
 
-Printed per round: each new worker's time from launch to ready (its log line) and to its
-first result (its `scorestream_cases_total` > 0 on /metrics, polled every 0.2 s), the
-stopped worker's time from SIGTERM to exit, and the longest gap between two results read
-back (arrival time at a group-less reader of the results topic, which fetches with a
-20 ms wait) in three windows: steady (the `--steady` s before the launch, one worker),
-join (launch -> SIGTERM) and leave (SIGTERM -> `--after` s after the exit). A window's gap counts
-the stretch from the last result before it, and to its end when results have stopped.
+Printed per round: each new worker's time from launch to its Faust worker's start (its
+scorers loaded: it connects and joins next), to ready (its log line) and to its first
+result (its `scorestream_cases_total` > 0 on /metrics, polled every 0.2 s); the stopped
+worker's time from SIGTERM to exit; and the longest gap between two results read back
+(arrival time at a group-less reader of the results topic, which fetches with a 20 ms
+wait) in three windows: steady (the `--steady` s before the launch, one worker), join
+(launch -> SIGTERM) and leave (SIGTERM -> `--after` s after the exit). A pause that
+overlaps the join or the leave window counts whole (from the last result before it to
+the first after it; the next round waits for that); the steady window counts only its
+own stretch. Processes of a stopped worker's group still alive 3 s after it exited (its
+scoring children) are listed, then killed.
+
 At the end: min / median / max over the rounds, next to the group's session and
 rebalance timeouts (target: the longest gap <= 2x the larger of them), and the cases that
 got no result within 30 s of the last send. The machine is shared: run it when it is
@@ -47,6 +52,7 @@ import tempfile
 import time
 import urllib.request
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +88,20 @@ class Member:
     def log(self) -> str:
         return self.log_path.read_text(encoding="utf-8", errors="replace")
 
+    def consuming_since(self) -> float:
+        """When its Faust worker started (scorers loaded; it connects and joins next),
+        from its log's first line of that start (local time); nan before."""
+        found = re.search(
+            r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3})\] \[\d+\] \[INFO\] "
+            r"\[\^_Worker\]: Starting",
+            self.log(),
+            flags=re.MULTILINE,
+        )
+        if found is None:
+            return math.nan
+        stamp = datetime.strptime(found.group(1), "%Y-%m-%d %H:%M:%S")
+        return stamp.timestamp() + int(found.group(2)) / 1000
+
     def metrics_url(self) -> str | None:
         found = re.findall(r"metrics on (http://\S+/metrics)", self.log())
         return str(found[-1]) if found else None
@@ -95,6 +115,7 @@ class Round:
     join_gap: float = math.nan
     leave_gap: float = math.nan
     to_ready: float = math.nan
+    to_loaded: float = math.nan  # launch -> its Faust worker starts (it joins next)
     to_first_result: float = math.nan
     stop_took: float = math.nan
 
@@ -150,13 +171,15 @@ async def read_results(consumer: AIOKafkaConsumer, stream: Stream) -> None:
             stream.arrivals.append(now)
 
 
-def longest_gap(arrivals: list[float], start: float, end: float) -> float:
-    """The longest stretch without a new result within [start, end]: from the last
-    arrival before `start` (or `start`), to `end` when nothing came after the last one."""
+def longest_gap(arrivals: list[float], start: float, end: float, whole: bool = True) -> float:
+    """The longest stretch without a new result that overlaps [start, end]; `whole`: a
+    stretch that began before `start` or ended after `end` counts whole (from the last
+    arrival before, to the first after, or to now), else only its part in the window."""
     before = [t for t in arrivals if t < start]
-    points = [before[-1] if before else start]
+    after = [t for t in arrivals if t > end]
+    points = [before[-1] if before and whole else start]
     points += [t for t in arrivals if start <= t <= end]
-    points.append(end)
+    points.append((after[0] if after else max(end, time.time())) if whole else end)
     return max(b - a for a, b in itertools.pairwise(points))
 
 
@@ -228,10 +251,30 @@ async def stop(member: Member, group: bool = False, timeout: float = STOP_S) -> 
                 os.killpg(pid, signal.SIGKILL)
             await asyncio.to_thread(member.process.wait, 10)
     member.exited = time.time()
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pid, 0)  # raises when the group is empty
-        print(f"{member.name} exited and left processes behind: SIGKILL to its group")
-        os.killpg(pid, signal.SIGKILL)
+    left = group_members(pid)
+    for _ in range(30):  # its forkserver and resource tracker exit once they see it gone
+        if not left:
+            break
+        await asyncio.sleep(0.1)
+        left = group_members(pid)
+    if left:
+        print(f"{member.name} exited and left {'; '.join(left)} behind: SIGKILL to them")
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)
+
+
+def group_members(pgid: int) -> list[str]:
+    """The command lines of the living processes of a process group."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError, IndexError):
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            if int(fields[2]) == pgid and fields[0] != "Z":
+                command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+                found.append(f"{entry.name} ({command.strip()[:80]})")
+    return found
 
 
 def spread(values: list[float]) -> str:
@@ -308,11 +351,12 @@ async def run(args: argparse.Namespace) -> int:
                 joining = launch(f"worker-{len(members) + 1}", broker, path, logs)
                 members.append(joining)
                 figures.steady_gap = longest_gap(
-                    stream.arrivals, joining.launched - args.steady, joining.launched
+                    stream.arrivals, joining.launched - args.steady, joining.launched, False
                 )
                 if not await wait_first_result(joining):
                     return 1
                 figures.to_ready = joining.ready - joining.launched
+                figures.to_loaded = joining.consuming_since() - joining.launched
                 figures.to_first_result = joining.first_result - joining.launched
                 await asyncio.sleep(args.settle)
                 leaving = next(m for m in members if m.process.poll() is None)
@@ -320,12 +364,19 @@ async def run(args: argparse.Namespace) -> int:
                 figures.stop_took = leaving.exited - leaving.signalled
                 figures.join_gap = longest_gap(stream.arrivals, joining.launched, leaving.signalled)
                 await asyncio.sleep(max(0.0, leaving.exited + args.after - time.time()))
+                resumed_by = time.time() + STARTUP_S
+                while stream.arrivals[-1] < leaving.exited + args.after - 1:
+                    if time.time() > resumed_by:
+                        print("no result since the leave")
+                        return 1
+                    await asyncio.sleep(0.1)  # still paused: the gap ends with a result
                 figures.leave_gap = longest_gap(
                     stream.arrivals, leaving.signalled, leaving.exited + args.after
                 )
                 rounds.append(figures)
                 print(
-                    f"round {index + 1}: {joining.name} joined: ready {figures.to_ready:.1f}s, "
+                    f"round {index + 1}: {joining.name} joined: loaded "
+                    f"{figures.to_loaded:.1f}s, ready {figures.to_ready:.1f}s, "
                     f"first result {figures.to_first_result:.1f}s after launch; "
                     f"{leaving.name} left: stop took {figures.stop_took:.1f}s; longest gap: "
                     f"steady {figures.steady_gap:.2f}s, join {figures.join_gap:.2f}s, "
@@ -348,6 +399,7 @@ async def run(args: argparse.Namespace) -> int:
     missing = len(stream.sent.keys() - stream.results)
     print(
         f"\n{len(rounds)} rounds, min / median / max (s):\n"
+        f"  new worker: launch -> Faust starts   {spread([r.to_loaded for r in rounds])}\n"
         f"  new worker: launch -> ready          {spread([r.to_ready for r in rounds])}\n"
         f"  new worker: launch -> first result   {spread([r.to_first_result for r in rounds])}\n"
         f"  SIGTERM -> the worker exited         {spread([r.stop_took for r in rounds])}\n"
@@ -372,9 +424,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--rate", type=float, default=300.0, help="SAFE envelopes a second")
     parser.add_argument(
-        "--settle", type=float, default=5.0, help="s after the new worker's first result"
+        "--settle", type=float, default=4.0, help="s after the new worker's first result"
     )
-    parser.add_argument("--after", type=float, default=8.0, help="s after the SIGTERM")
+    parser.add_argument(
+        "--after", type=float, default=6.0, help="s after the stopped worker exited"
+    )
     parser.add_argument("--steady", type=float, default=4.0, help="s of one worker per round")
     parser.add_argument("--logs", type=Path, help="keep the worker logs here")
     parser.add_argument(
