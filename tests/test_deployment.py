@@ -270,7 +270,7 @@ def test_compose_publishes_on_loopback_only_and_grafana_has_no_default_password(
 
 
 # What a graceful stop does besides its bounded steps: finish the batches in hand, commit,
-# flush the producers, leave the group, shut the event loop down (2-4 s measured by
+# flush the producers, leave the group, shut the event loop down (3-6 s measured by
 # bench/membership.py on a 2-core machine), with room for a loaded node.
 STOP_OVERHEAD_S = 15.0
 
