@@ -310,8 +310,9 @@ def test_kubernetes_scales_on_the_input_lag_of_the_worker_group() -> None:
 
 def test_kubernetes_disruptions_and_stops_leave_time_for_the_handover() -> None:
     """One voluntary disruption at a time (the PDB selects the Deployment's pods), a
-    rolling deploy that never runs a worker short, and a termination grace longer than a
-    graceful stop can take, so SIGKILL never cuts the leave from the group short."""
+    rolling deploy that never runs a worker short, a startup probe patient enough for a
+    slow start, and a termination grace longer than a graceful stop can take, so SIGKILL
+    never cuts the leave from the group short."""
     docs = {doc["kind"]: doc for doc in kustomize_build()}
     deployment, budget = docs["Deployment"], docs["PodDisruptionBudget"]
     pod = deployment["spec"]["template"]
@@ -335,6 +336,14 @@ def test_kubernetes_disruptions_and_stops_leave_time_for_the_handover() -> None:
         assert set(pre_stop) == {"sleep"}, "a preStop other than a sleep has no known length"
         pre_stop_s = float(pre_stop["sleep"]["seconds"])
     assert grace - pre_stop_s > stop_bound, (grace, pre_stop_s, stop_bound)
+    # A start that loads slowly (up to 122 s on a loaded 2-core machine) is not taken for
+    # a dead worker: the startup probe allows minutes before liveness counts.
+    startup = container["startupProbe"]
+    assert startup["httpGet"] == container["livenessProbe"]["httpGet"]
+    allowed = startup.get("initialDelaySeconds", 0) + startup.get(
+        "periodSeconds", 10
+    ) * startup.get("failureThreshold", 3)
+    assert allowed >= 150, allowed
     # The worker is the container's first process (exec form): SIGTERM reaches it.
     dockerfile = (DEPLOY / "Dockerfile").read_text(encoding="utf-8")
     assert re.search(r'^ENTRYPOINT \["scorestream"\]', dockerfile, flags=re.MULTILINE)
