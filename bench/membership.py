@@ -14,7 +14,8 @@ topics) scores them. Then, each round:
    rebalance); the remaining worker runs alone for `--after` seconds after the exit, then
    `--steady` seconds more before the next round's join. SIGTERM goes to the worker
    process alone, as Kubernetes sends it; `--group-signal` sends it to the process group
-   (the scoring children too), as a terminal's Ctrl-C or systemd's default KillMode do.
+   (the scoring children too), as systemd's default KillMode=control-group does (the
+   children ignore a terminal's Ctrl-C, SIGINT, but not SIGTERM).
 
 Printed per round: each new worker's time from launch to its Faust worker's start (its
 scorers loaded: it connects and joins next), to ready (its log line) and to its first
@@ -25,14 +26,18 @@ wait) in three windows: steady (the `--steady` s before the launch, one worker),
 (launch -> SIGTERM) and leave (SIGTERM -> `--after` s after the exit). A pause that
 overlaps the join or the leave window counts whole (from the last result before it to
 the first after it; the next round waits for that); the steady window counts only its
-own stretch. Processes of a stopped worker's group still alive 3 s after it exited (its
-scoring children) are listed, then killed.
+own stretch. The same gaps on the results of each input partition (`source.partition`),
+the longest of them: a worker that stops holds its partitions until it leaves, so their
+results pause for its whole stop while the others' go on, and a partition's new owner
+first repeats the results since its last commit (counted: a repeat is no new result).
+Processes of a stopped worker's group still alive 3 s after it exited (its scoring
+children) are listed, then killed.
 
 At the end: min / median / max over the rounds, next to the group's session and
-rebalance timeouts (target: the longest gap <= 2x the larger of them), and the cases that
-got no result within 30 s of the last send. The machine is shared: run it when it is
-quiet, and read single rounds as noisy. A default run takes about 3 minutes when a
-worker starts in 30 s (each round starts one).
+rebalance timeouts (target: every longest gap, of all results and of one partition's,
+<= 2x the larger of them), and the cases that got no result within 30 s of the last
+send. The machine is shared: run it when it is quiet, and read single rounds as noisy.
+A default run takes about 3 minutes when a worker starts in 30 s (each round starts one).
 """
 
 from __future__ import annotations
@@ -114,6 +119,10 @@ class Round:
     steady_gap: float = math.nan
     join_gap: float = math.nan
     leave_gap: float = math.nan
+    # the same on the results of one input partition (the longest of the partitions)
+    steady_partition_gap: float = math.nan
+    join_partition_gap: float = math.nan
+    leave_partition_gap: float = math.nan
     to_ready: float = math.nan
     to_loaded: float = math.nan  # launch -> its Faust worker starts (it joins next)
     to_first_result: float = math.nan
@@ -126,7 +135,16 @@ class Stream:
 
     sent: dict[str, float] = field(default_factory=dict)
     results: set[str] = field(default_factory=set)
+    repeated: int = 0  # results of a case already read (replays after a partition moved)
     arrivals: list[float] = field(default_factory=list)  # each batch of new results
+    by_partition: dict[int, list[float]] = field(default_factory=dict)  # of the input
+
+    def gaps(self, start: float, end: float, whole: bool = True) -> tuple[float, float]:
+        """The longest gap of the whole stream and of any one input partition."""
+        partitions = [
+            longest_gap(arrivals, start, end, whole) for arrivals in self.by_partition.values()
+        ]
+        return longest_gap(self.arrivals, start, end, whole), max(partitions, default=math.nan)
 
 
 def envelopes() -> list[dict[str, Any]]:
@@ -160,15 +178,20 @@ async def read_results(consumer: AIOKafkaConsumer, stream: Stream) -> None:
     while True:
         batches = await consumer.getmany(timeout_ms=100)
         now = time.time()
-        new = False
+        new: set[int] = set()
         for messages in batches.values():
             for message in messages:
-                ident = str(orjson.loads(message.value)["id"])
-                if ident not in stream.results:
+                result = orjson.loads(message.value)
+                ident = str(result["id"])
+                if ident in stream.results:
+                    stream.repeated += 1
+                else:
                     stream.results.add(ident)
-                    new = True
+                    new.add(int(result["source"]["partition"]))
         if new:
             stream.arrivals.append(now)
+        for partition in new:
+            stream.by_partition.setdefault(partition, []).append(now)
 
 
 def longest_gap(arrivals: list[float], start: float, end: float, whole: bool = True) -> float:
@@ -232,9 +255,9 @@ async def wait_first_result(member: Member) -> bool:
 
 async def stop(member: Member, group: bool = False, timeout: float = STOP_S) -> None:
     """SIGTERM to the worker process, as Kubernetes sends it to a container's first
-    process (`group`: to its process group, its scoring children too, as a terminal's
-    Ctrl-C or systemd's default KillMode do); SIGKILL after `timeout` s. Children left
-    when the worker has exited are reported and killed."""
+    process (`group`: to its process group, its scoring children too, as systemd's
+    default KillMode does); SIGKILL after `timeout` s. Children left when the worker has
+    exited are reported and killed."""
     member.signalled = time.time()
     pid = member.process.pid
     if member.process.poll() is None:
@@ -350,8 +373,8 @@ async def run(args: argparse.Namespace) -> int:
                 figures = Round()
                 joining = launch(f"worker-{len(members) + 1}", broker, path, logs)
                 members.append(joining)
-                figures.steady_gap = longest_gap(
-                    stream.arrivals, joining.launched - args.steady, joining.launched, False
+                figures.steady_gap, figures.steady_partition_gap = stream.gaps(
+                    joining.launched - args.steady, joining.launched, False
                 )
                 if not await wait_first_result(joining):
                     return 1
@@ -362,25 +385,31 @@ async def run(args: argparse.Namespace) -> int:
                 leaving = next(m for m in members if m.process.poll() is None)
                 await stop(leaving, args.group_signal)
                 figures.stop_took = leaving.exited - leaving.signalled
-                figures.join_gap = longest_gap(stream.arrivals, joining.launched, leaving.signalled)
+                figures.join_gap, figures.join_partition_gap = stream.gaps(
+                    joining.launched, leaving.signalled
+                )
                 await asyncio.sleep(max(0.0, leaving.exited + args.after - time.time()))
                 resumed_by = time.time() + STARTUP_S
-                while stream.arrivals[-1] < leaving.exited + args.after - 1:
+                while min(a[-1] for a in stream.by_partition.values()) < (
+                    leaving.exited + args.after - 1
+                ):
                     if time.time() > resumed_by:
                         print("no result since the leave")
                         return 1
                     await asyncio.sleep(0.1)  # still paused: the gap ends with a result
-                figures.leave_gap = longest_gap(
-                    stream.arrivals, leaving.signalled, leaving.exited + args.after
+                figures.leave_gap, figures.leave_partition_gap = stream.gaps(
+                    leaving.signalled, leaving.exited + args.after
                 )
                 rounds.append(figures)
                 print(
                     f"round {index + 1}: {joining.name} joined: loaded "
                     f"{figures.to_loaded:.1f}s, ready {figures.to_ready:.1f}s, "
                     f"first result {figures.to_first_result:.1f}s after launch; "
-                    f"{leaving.name} left: stop took {figures.stop_took:.1f}s; longest gap: "
-                    f"steady {figures.steady_gap:.2f}s, join {figures.join_gap:.2f}s, "
-                    f"leave {figures.leave_gap:.2f}s",
+                    f"{leaving.name} left: stop took {figures.stop_took:.1f}s; longest gap "
+                    f"(all results | one partition's): steady {figures.steady_gap:.2f} | "
+                    f"{figures.steady_partition_gap:.2f}s, join {figures.join_gap:.2f} | "
+                    f"{figures.join_partition_gap:.2f}s, leave {figures.leave_gap:.2f} | "
+                    f"{figures.leave_partition_gap:.2f}s",
                     flush=True,
                 )
                 if index + 1 < args.rounds:
@@ -406,14 +435,24 @@ async def run(args: argparse.Namespace) -> int:
         f"  longest gap, steady (one worker)     {spread([r.steady_gap for r in rounds])}\n"
         f"  longest gap, join                    {spread([r.join_gap for r in rounds])}\n"
         f"  longest gap, leave                   {spread([r.leave_gap for r in rounds])}\n"
+        f"  one partition's longest gap, steady  "
+        f"{spread([r.steady_partition_gap for r in rounds])}\n"
+        f"  one partition's longest gap, join    {spread([r.join_partition_gap for r in rounds])}\n"
+        f"  one partition's longest gap, leave   "
+        f"{spread([r.leave_partition_gap for r in rounds])}\n"
         f"  session_timeout {settings.stream.session_timeout:g}s, rebalance_timeout "
         f"{settings.stream.rebalance_timeout:g}s: target longest gap <= {2 * timeout:g}s"
     )
-    worst = max([r.join_gap for r in rounds] + [r.leave_gap for r in rounds], default=math.nan)
+    worst = max(
+        [g for r in rounds for g in (r.join_gap, r.leave_gap, r.join_partition_gap)]
+        + [r.leave_partition_gap for r in rounds],
+        default=math.nan,
+    )
     met = worst <= 2 * timeout
     print(
         f"{len(stream.sent)} cases sent, {missing} without a result {DRAIN_S:g}s after the "
-        f"last send; worst gap {worst:.2f}s: target {'met' if met else 'NOT met'}; "
+        f"last send, {stream.repeated} results repeated; worst gap {worst:.2f}s: "
+        f"target {'met' if met else 'NOT met'}; "
         f"total {time.time() - started:.0f}s; worker logs in {logs}"
     )
     return 0 if (met and not missing) or not args.strict else 1
