@@ -20,6 +20,7 @@ import pytest
 import yaml
 from packaging.requirements import Requirement
 
+from topics.provision import bootstrap_servers
 from worker.config import load_settings
 from worker.ops.broker import EmbeddedBroker
 
@@ -192,8 +193,9 @@ def test_kubernetes_base_validates_against_the_kubernetes_schemas() -> None:
     docs = kustomize_build()
     kinds = {doc["kind"] for doc in docs}
     assert {"Deployment", "Service", "ServiceMonitor", "PrometheusRule"} <= kinds
+    assert {"PodDisruptionBudget", "ScaledObject"} <= kinds
     for doc in docs:
-        if doc["apiVersion"].startswith("monitoring.coreos.com/"):
+        if doc["apiVersion"].startswith(("monitoring.coreos.com/", "keda.sh/")):
             continue  # CRDs: checked below
         validate.validate(doc, KUBERNETES_VERSION, strict=True)
 
@@ -265,6 +267,87 @@ def test_compose_publishes_on_loopback_only_and_grafana_has_no_default_password(
     assert re.fullmatch(r"\$\{GRAFANA_ADMIN_PASSWORD:\?[^}]+\}", password), password
     assert grafana.get("GF_AUTH_ANONYMOUS_ORG_ROLE", "Viewer") == "Viewer"
     assert str(grafana.get("GF_USERS_ALLOW_SIGN_UP", "true")).lower() == "false"
+
+
+# What a graceful stop does besides its bounded steps: finish the batches in hand, commit,
+# flush the producers, leave the group, shut the event loop down (3-6 s measured by
+# bench/membership.py on a 2-core machine), with room for a loaded node.
+STOP_OVERHEAD_S = 15.0
+
+
+def test_kubernetes_scales_on_the_input_lag_of_the_worker_group() -> None:
+    """The KEDA ScaledObject (a CRD: no schema in kubernetes-validate, so its fields are
+    checked here): it scales the Deployment on the lag of the worker's consumer group
+    (Faust's group id is the app id) on the input topic, at the configured broker, between
+    1 or more workers and no more than the input topic has partitions."""
+    docs = {doc["kind"]: doc for doc in kustomize_build()}
+    scaled, deployment = docs["ScaledObject"], docs["Deployment"]
+    settings = load_settings(BASE / "config.yaml", environ={})
+    assert scaled["apiVersion"] == "keda.sh/v1alpha1"
+    spec = scaled["spec"]
+    target = spec["scaleTargetRef"]
+    assert target["name"] == deployment["metadata"]["name"]
+    assert target.get("kind", "Deployment") == "Deployment"
+    assert target.get("apiVersion", "apps/v1") == "apps/v1"
+    assert isinstance(spec["minReplicaCount"], int) and spec["minReplicaCount"] >= 1
+    assert isinstance(spec["maxReplicaCount"], int)
+    assert spec["minReplicaCount"] <= spec["maxReplicaCount"] <= settings.stream.partitions
+    (trigger,) = spec["triggers"]
+    assert trigger["type"] == "kafka"
+    metadata = trigger["metadata"]
+    assert all(isinstance(value, str) for value in metadata.values()), "KEDA wants strings"
+    assert metadata["topic"] == settings.topics.input
+    assert metadata["consumerGroup"] == settings.app_id
+    assert settings.broker is not None
+    assert metadata["bootstrapServers"] == bootstrap_servers(settings.broker)
+    assert int(metadata["lagThreshold"]) > 0
+    assert metadata.get("allowIdleConsumers", "false") == "false"
+    assert metadata.get("offsetResetPolicy", "latest") == "earliest"  # Faust's reset policy
+    # The replica count belongs to the autoscaler: a `replicas` in the Deployment would
+    # reset it on every `kubectl apply`.
+    assert "replicas" not in deployment["spec"]
+
+
+def test_kubernetes_disruptions_and_stops_leave_time_for_the_handover() -> None:
+    """One voluntary disruption at a time (the PDB selects the Deployment's pods), a
+    rolling deploy that never runs a worker short, a startup probe patient enough for a
+    slow start, and a termination grace longer than a graceful stop can take, so SIGKILL
+    never cuts the leave from the group short."""
+    docs = {doc["kind"]: doc for doc in kustomize_build()}
+    deployment, budget = docs["Deployment"], docs["PodDisruptionBudget"]
+    pod = deployment["spec"]["template"]
+    selector = budget["spec"]["selector"]["matchLabels"]
+    assert selector and selector.items() <= pod["metadata"]["labels"].items()
+    assert selector == deployment["spec"]["selector"]["matchLabels"]
+    assert budget["spec"].get("maxUnavailable") == 1 and "minAvailable" not in budget["spec"]
+    rolling = deployment["spec"]["strategy"]["rollingUpdate"]
+    assert rolling["maxUnavailable"] == 0 and rolling["maxSurge"] >= 1
+    settings = load_settings(BASE / "config.yaml", environ={})
+    # The drain of queued evaluation records is bounded by rebalance_timeout; a record
+    # being scored by limits.scoring_deadline; the rest by STOP_OVERHEAD_S.
+    stop_bound = (
+        settings.stream.rebalance_timeout + settings.limits.scoring_deadline + STOP_OVERHEAD_S
+    )
+    grace = pod["spec"]["terminationGracePeriodSeconds"]
+    (container,) = pod["spec"]["containers"]
+    pre_stop = container.get("lifecycle", {}).get("preStop")
+    pre_stop_s = 0.0
+    if pre_stop is not None:  # a sleep before SIGTERM counts against the grace
+        assert set(pre_stop) == {"sleep"}, "a preStop other than a sleep has no known length"
+        pre_stop_s = float(pre_stop["sleep"]["seconds"])
+    assert grace - pre_stop_s > stop_bound, (grace, pre_stop_s, stop_bound)
+    # A start that loads slowly (up to 122 s on a loaded 2-core machine) is not taken for
+    # a dead worker: the startup probe allows minutes before liveness counts.
+    startup = container["startupProbe"]
+    assert startup["httpGet"] == container["livenessProbe"]["httpGet"]
+    allowed = startup.get("initialDelaySeconds", 0) + startup.get(
+        "periodSeconds", 10
+    ) * startup.get("failureThreshold", 3)
+    assert allowed >= 150, allowed
+    # The worker is the container's first process (exec form): SIGTERM reaches it.
+    dockerfile = (DEPLOY / "Dockerfile").read_text(encoding="utf-8")
+    assert re.search(r'^ENTRYPOINT \["scorestream"\]', dockerfile, flags=re.MULTILINE)
+    assert "command" not in container
 
 
 def test_kubernetes_config_loads_and_matches_the_compose_gates(tmp_path: Path) -> None:
