@@ -137,6 +137,17 @@ class ScoringPool:
             )
         return self._pool
 
+    def start_fork_server(self) -> None:
+        """Start the fork server now (forkserver only): it imports the preloaded modules
+        in its own process while the caller goes on preparing (a worker loads its models
+        meanwhile), so the children later fork from a server that is ready."""
+        if self.start_method != "forkserver" or self._pool is not None:
+            return
+        from multiprocessing import forkserver
+
+        multiprocessing.get_context("forkserver").set_forkserver_preload(self.preload)
+        forkserver.ensure_running()
+
     def start(self, timeout: float = 120.0) -> None:
         """Start the children now and wait until one is prepared (a worker does this
         before it reads, so the first batch does not wait and a scorer that cannot be

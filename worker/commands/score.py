@@ -47,7 +47,11 @@ from worker.input.unknown_fields import NATIVE_ROW_KEYS, unknown_fields
 from worker.scoring_pool import ScorerFactory, ScoringPool, section_factory
 from worker.suites import registry
 from worker.suites.alignment.scoring import classifier_from_settings
-from worker.suites.alignment.streaming import ALIGNMENT_TURN, alignment_turn_scorer
+from worker.suites.alignment.streaming import (
+    ALIGNMENT_TURN,
+    alignment_turn_scorer,
+    prepare_turn_scoring,
+)
 from worker.suites.base import BatchItem, BatchOptions, BatchReport, BatchScorer, Scored
 
 PROGRESS_MIN_ROWS = 500  # a progress bar only for files this large, on a terminal
@@ -230,6 +234,7 @@ class DeadlineTurns:
         vectors = {pid: persona.example_vectors for pid, persona in personas.items()}
         classifiers = {pid: persona.trait_classifier for pid, persona in personas.items()}
         safety = classifier_from_settings(self.settings.alignment)
+        prepare_turn_scoring(self.settings.alignment)  # here once: the forked children share it
         scorer = partial(alignment_turn_scorer, vectors, classifiers, safety)
         return {ALIGNMENT_TURN: section_factory("alignment", scorer)}
 

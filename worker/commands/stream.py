@@ -88,6 +88,7 @@ def run_worker(args: argparse.Namespace) -> int:
             scorer = ScorestreamApp(settings, broker)
         except ConfigError as exc:
             raise UsageError(str(exc)) from None
+    scorer.scoring_pool.start_fork_server()  # it preloads while the models load here
     with startup.stage("models"):
         scorer.suites.warm_up()
     with startup.stage("scoring processes"):

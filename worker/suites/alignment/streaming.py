@@ -215,6 +215,16 @@ def load_sessions(
     return AlignmentSessions(settings, text_budget, embedder)
 
 
+def prepare_turn_scoring(settings: AlignmentSettings) -> SafetyPatterns:
+    """The configured safety patterns with their prefilter built, and the language
+    identifier loaded: what a turn's first scoring would otherwise wait for. Done where
+    the scorers are made (a child forked from a process that did it inherits them; the
+    fork server holds the shipped ones: `worker.suites.alignment.preload`)."""
+    patterns = patterns_from_settings(settings).prepare()
+    shipped_identifier()
+    return patterns
+
+
 def alignment_turn_scorer(
     vectors: Mapping[str, np.ndarray | None],
     classifiers: Mapping[str, TraitClassifier | None],
@@ -234,10 +244,7 @@ def alignment_turn_scorer(
         )
         for persona in personas_from_settings(settings).values()
     }
-    # Ready before the child takes its first turn (the fork server already holds the
-    # shipped ones: `worker.suites.alignment.preload`).
-    patterns = patterns_from_settings(settings).prepare()
-    shipped_identifier()
+    patterns = prepare_turn_scoring(settings)
 
     def score(turn: Any) -> TurnScore:
         persona_id, text, vector = turn
