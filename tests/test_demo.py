@@ -357,6 +357,15 @@ def test_demo_command_runs_to_the_final_scorecard() -> None:
     assert re.search(r"safety-drop\s*\|\s*all\s*\|\s*resolved \(fired 1x\)", out)
     assert re.search(r"safe-ci-gate\s*\|\s*all\s*\|\s*FIRING", out)
     assert "late 0" in out
+    # Every alignment window has authenticity and stability (every turn embedded), and
+    # every session a grade.
+    windows = [line for line in out.splitlines() if re.match(r"\|\s*alignment\s*\|.*final", line)]
+    assert len(windows) == 3, out
+    for line in windows:
+        assert re.search(r"authenticity \d\.\d\d", line) and re.search(r"stability \d", line), line
+    grades = re.search(r"\|\s*alignment\s*\|.*\|\s*((?:[A-F] \d+\s*)+)\|", out)
+    assert grades is not None, out
+    assert sum(int(n) for n in re.findall(r"[A-F] (\d+)", grades.group(1))) == 16, grades.group(1)
     for command in ("scorestream demo --follow", "/metrics", "scorestream gates", "results --gate"):
         assert command in steps, command
 
