@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 import pytest
 
+from worker.suites.alignment import trait_artefact
 from worker.suites.alignment.embedding_model import HashingEmbedder, MiniLMEmbedder
 from worker.suites.alignment.personas import PersonaCatalog, default_personas_dir, load_personas
 from worker.suites.alignment.trait_model import (
@@ -81,3 +85,45 @@ def test_softmax_fit_separates_two_obvious_clusters() -> None:
     vectors = np.array([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0], [0.1, 0.9]])
     model = fit_softmax(vectors, ["a", "a", "b", "b"], steps=200)
     assert model.predict(np.array([[0.8, 0.2], [0.2, 0.8]])) == ["a", "b"]
+
+
+# ---------------------------------------------------------------- the build-time artefact
+
+
+def test_the_shipped_artefact_is_what_fitting_here_gives(
+    minilm: MiniLMEmbedder, classifier: TraitClassifier
+) -> None:
+    """`scorestream models build` fitted the models that a worker loads instead of fitting:
+    refitted here with the real encoder, the same predictions on every held-out sentence and
+    the same weights to 1e-4 (the encoder's vectors may differ in their last bits between
+    CPUs, so this is the check, not a digest)."""
+    shipped = trait_artefact.load(minilm)
+    assert shipped is not None, "no artefact: run `scorestream models build`"
+    for trait in CLASSIFIED_TRAITS:
+        np.testing.assert_allclose(
+            shipped.models[trait].weights, classifier.models[trait].weights, atol=1e-4
+        )
+        texts = [text for texts in HELD_OUT[trait].values() for text in texts]
+        vectors = minilm.encode(texts)
+        assert shipped.predict_many(trait, vectors) == classifier.predict_many(trait, vectors)
+
+
+def test_the_artefact_is_not_used_for_other_vectors_or_other_data(
+    minilm: MiniLMEmbedder, tmp_path: Path
+) -> None:
+    shipped = trait_artefact.load(minilm)
+    assert shipped is not None
+    assert trait_artefact.load(MiniLMEmbedder(precision="int8")) is None  # other vectors
+    assert trait_artefact.load(HashingEmbedder()) is None
+    stale = tmp_path / "trait_classifier"
+    trait_artefact.save(shipped, "all-MiniLM-L6-v2 0000", stale)  # another encoder's
+    assert trait_artefact.load(minilm, stale) is None
+    manifest = stale / trait_artefact.MANIFEST
+    identity = trait_artefact.encoder_identity(minilm)
+    data = json.loads(manifest.read_text())
+    data.update(encoder=identity, training_digest="0" * 64)  # fitted on other sentences
+    manifest.write_text(json.dumps(data))
+    assert trait_artefact.load(minilm, stale) is None
+    data.update(training_digest=trait_artefact.training_digest())
+    manifest.write_text(json.dumps(data))
+    assert trait_artefact.load(minilm, stale) is not None

@@ -5,7 +5,8 @@ artefact (`worker/models/safety_classifier/`, plain arrays memory-mapped at star
 `make install` and the Docker build run it, so no worker fits anything at start. It also
 exports the bundled all-MiniLM-L6-v2 to ONNX (fp32, the default precision) into the
 export cache, unless it is there already: the first alignment turn of a new install does
-not wait for the export either.
+not wait for the export either. And it fits the trait classifier (formality and tone) on
+the MiniLM vectors of the shipped trait sentences (`trait_artefact`).
 `--record` also writes the digests into `worker/data/model_digests.json` (commit it with
 a change to the training data). `models check` compares the built artefact, and the
 training data present, with those committed digests: exit 0 when they all agree, 3 when
@@ -32,6 +33,9 @@ def run_models(args: argparse.Namespace) -> int:
             f"built in {time.process_time() - started:.1f} s of CPU: {safety_artefact.ARTEFACT_DIR}"
         )
         print(_export_encoder())
+        from worker.suites.alignment import trait_artefact
+
+        print(trait_artefact.build())
         if args.record:
             safety_artefact.record_digests(manifest)
             print(f"digests recorded in {safety_artefact.DIGESTS_FILE}")

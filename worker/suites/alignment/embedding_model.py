@@ -109,6 +109,16 @@ class MiniLMEmbedder:
         self._lock = threading.Lock()
 
     @property
+    def model_path(self) -> Path | None:
+        """The weights' folder when given, None for the bundled all-MiniLM-L6-v2."""
+        return self._model_path
+
+    @property
+    def precision(self) -> Precision:
+        """The vectors' precision: the configured one on ONNX, fp32 on torch."""
+        return "fp32" if (self._backend or self._requested) == "torch" else self._precision
+
+    @property
     def backend(self) -> Backend | None:
         """The backend in use ("onnx" or "torch"), or None before the first `encode`."""
         return self._backend

@@ -210,10 +210,15 @@ class PersonaCatalog:
         return sorted(self._personas)
 
     def _trait_classifier(self) -> TraitClassifier | None:
-        """Trained once, on the first persona, when the embedder gives MiniLM vectors (the
-        space the classifier's shipped sentences are embedded in); else None (cues)."""
+        """Loaded (or trained) once, on the first persona, when the embedder gives MiniLM
+        vectors (the space the classifier's sentences are embedded in); else None (cues)."""
         if self._classifier is None and isinstance(self._embedder, MiniLMEmbedder):
-            self._classifier = train_trait_classifier(self._embedder)
+            from worker.suites.alignment import trait_artefact
+
+            # Fitted at build time for the bundled encoder (`scorestream models build`);
+            # fitted here for any other.
+            shipped = trait_artefact.load(self._embedder)
+            self._classifier = shipped or train_trait_classifier(self._embedder)
         return self._classifier
 
     def get(self, persona_id: str) -> Persona:
