@@ -20,6 +20,8 @@ from worker.scoring_pool import ScoringPool
 from worker.scoring_suites import ScoringSuites
 from worker.stream.faust_patches.internals import current_event
 from worker.stream.publish import Publisher
+from worker.windowing.event_time import EventTime
+from worker.windowing.lateness import LatenessPolicy
 from worker.windowing.windows import gate_windows, pane_width
 
 log = logging.getLogger("scorestream")
@@ -34,7 +36,10 @@ POOL_PRELOAD = ("worker.suites.alignment.streaming", "worker.suites.alignment.sa
 class StreamContext:
     """The collaborators of the stages; `clock` is wall-clock epoch seconds. The scoring
     pool's child processes start on first use. `windows` are the configured windows plus
-    each gate's (`gate_windows`), `pane_width` the pane they share (None: no common one)."""
+    each gate's (`gate_windows`), `pane_width` the pane they share (None: no common one).
+    `event_time` is the worker's one event-time component (`worker.windowing.event_time`)
+    around its one `LatenessPolicy` (`grace`): the stages ask it when to send a marker and
+    what a marker closes."""
 
     settings: Settings
     suites: ScoringSuites
@@ -44,10 +49,17 @@ class StreamContext:
     scoring_pool: ScoringPool = field(init=False)
     windows: list[WindowConfig] = field(init=False)
     pane_width: float | None = field(init=False)
+    event_time: EventTime = field(init=False)
 
     def __post_init__(self) -> None:
         self.windows = gate_windows(self.settings)
         self.pane_width = pane_width(self.windows)
+        self.event_time = EventTime(
+            LatenessPolicy(self.settings.grace),
+            self.pane_width,
+            idle_timeout=self.settings.idle_timeout,
+            heartbeat=self.settings.stream.marker_heartbeat,
+        )
         self.scoring_pool = ScoringPool(
             self.settings, more_factories=self.suites.pool_factories, preload=POOL_PRELOAD
         )
