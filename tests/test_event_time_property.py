@@ -15,7 +15,6 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from worker.config import WindowConfig
 from worker.windowing.event_time import (
     INPUT_GROUP,
     AssignedPartition,
@@ -24,7 +23,7 @@ from worker.windowing.event_time import (
     StageProgress,
 )
 from worker.windowing.lateness import LatenessPolicy, Timeliness
-from worker.windowing.windows import pane_width, windows_for
+from worker.windowing.windows import WindowConfig, pane_width, windows_for
 
 T0 = 1_700_000_040.0
 GRACE = 10.0

@@ -13,7 +13,7 @@ from typing import Any
 
 from faust.types import EventT
 
-from worker.config import Settings, WindowConfig
+from worker.config import Settings
 from worker.input.records import SourcePosition
 from worker.ops.telemetry import Telemetry
 from worker.scoring_pool import ScoringPool
@@ -22,7 +22,7 @@ from worker.stream.faust_patches.internals import current_event
 from worker.stream.publish import Publisher
 from worker.windowing.event_time import EventTime
 from worker.windowing.lateness import LatenessPolicy
-from worker.windowing.windows import gate_windows, pane_width
+from worker.windowing.windows import WindowConfig, pane_width, with_gate_windows
 
 log = logging.getLogger("scorestream")
 
@@ -30,6 +30,11 @@ log = logging.getLogger("scorestream")
 # What the scoring pool's children need besides the case scorers: the alignment turn
 # scorer and the safety classifier's scikit-learn.
 POOL_PRELOAD = ("worker.suites.alignment.streaming", "worker.suites.alignment.safety_classifier")
+
+
+def gate_windows(settings: Settings) -> list[WindowConfig]:
+    """Configured windows plus a tumbling window for each gate's window size."""
+    return with_gate_windows(settings.windows, (gate.window for gate in settings.gates))
 
 
 @dataclass

@@ -27,7 +27,7 @@ from schemas.envelope import parse_event_time
 from schemas.outputs import Aggregate, CaseResult, RecordSource
 from worker import aggregation
 from worker.gates.evaluator import GateEvaluator, applies_to, gate_key, gated_metrics
-from worker.stream.context import StreamContext, event_context, run_to_completion
+from worker.stream.context import StreamContext, event_context, gate_windows, run_to_completion
 from worker.stream.faust_patches.prompt_batches import take_batches
 from worker.stream.publish import MARKER_KEY, markers_of
 from worker.suites import registry
@@ -36,7 +36,6 @@ from worker.windowing.event_time import INPUT_GROUP, SESSION_GROUP, Marker
 from worker.windowing.late_records import LateRecordLog
 from worker.windowing.pane_folds import count_of, start_of
 from worker.windowing.store import Emission, WindowStore
-from worker.windowing.windows import gate_windows
 
 log = logging.getLogger("scorestream")
 

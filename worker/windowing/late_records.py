@@ -14,10 +14,9 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from worker.config import WindowConfig
 from worker.demo.retime import rfc3339
 from worker.windowing.lateness import LatenessPolicy
-from worker.windowing.windows import window_ends
+from worker.windowing.windows import WindowConfig, window_ends
 
 LOG_INTERVAL = 10.0  # seconds of wall time between two lines of one suite
 ADVICE = (

@@ -59,12 +59,11 @@ from typing import Any
 from schemas.outputs import CaseResult
 from worker import aggregation
 from worker.aggregation import dedupe
-from worker.config import WindowConfig
 from worker.suites.base import State, SuiteAggregator
 from worker.windowing import pane_folds
 from worker.windowing.event_time import Marker, StageProgress, Watermark
 from worker.windowing.lateness import LatenessPolicy, Timeliness
-from worker.windowing.windows import WindowKey, pane_start_of, windows_for
+from worker.windowing.windows import WindowConfig, WindowKey, pane_start_of, windows_for
 
 PANE = "pane|"
 SERIES = "series|"
