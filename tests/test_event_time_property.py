@@ -58,7 +58,7 @@ class World:
     def __post_init__(self) -> None:
         self.lateness = LatenessPolicy(GRACE)
         self.event_time = EventTime(self.lateness, pane_width(CONFIGS), IDLE, HEARTBEAT)
-        self.inputs = self.event_time.inputs
+        self.inputs = self.event_time.inputs()
         self.downstream: StageProgress = self.event_time.stage({}, "agg", {INPUT_GROUP: 0})
         for partition in range(self.partitions):
             self.logs[partition] = []

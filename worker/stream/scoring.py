@@ -74,7 +74,7 @@ class ScoreStage:
         self.publisher = context.publisher
         # The producing side of event time: the input partitions' clocks, which markers
         # to send and when (`worker.windowing.event_time.InputProgress`).
-        self.progress = context.event_time.inputs
+        self.progress = context.event_time.inputs()
         self.input_partitions: int | None = None  # of the input topic, once known
         # A micro-batch's results and scoring times, for the telemetry once it is sent.
         self._observed: list[tuple[ResultView, float]] = []

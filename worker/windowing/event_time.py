@@ -504,8 +504,9 @@ class SessionWindows:
 
 
 class EventTime:
-    """A worker's event-time component, built once around its one `LatenessPolicy`: the
-    producing side of the input partitions and, per stage, the consuming side."""
+    """A worker's event-time component, built once around its one `LatenessPolicy`: it
+    makes the producing side for the score stage and the consuming side of each stage
+    (each stage instance gets its own: a stage started again starts afresh)."""
 
     def __init__(
         self,
@@ -516,7 +517,12 @@ class EventTime:
     ) -> None:
         self.lateness = lateness
         self.pane_width = pane_width
-        self.inputs = InputProgress(lateness, pane_width, idle_timeout, heartbeat)
+        self.idle_timeout = idle_timeout
+        self.heartbeat = heartbeat
+
+    def inputs(self) -> InputProgress:
+        """The producing side of a score stage: its input partitions' clocks and markers."""
+        return InputProgress(self.lateness, self.pane_width, self.idle_timeout, self.heartbeat)
 
     def stage(
         self, table: MutableMapping[str, Any], prefix: str, channel_groups: Mapping[str, int]
