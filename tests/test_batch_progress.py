@@ -25,11 +25,11 @@ from worker.scoring_pool import ScoringPool
 from worker.scoring_suites import ScoringSuites
 from worker.stream.context import StreamContext
 from worker.stream.publish import MARKER_KEY, Publisher, StreamTopics
-from worker.stream.scoring import INPUT_GROUP, ScoreStage
+from worker.stream.scoring import ScoreStage
 from worker.stream.sessions import SessionStage
 from worker.stream.windows import WindowStage
 from worker.suites.alignment.embedding_model import HashingEmbedder
-from worker.windowing.watermark import Marker, markers_in, markers_value
+from worker.windowing.event_time import INPUT_GROUP, Marker, markers_in, markers_value
 
 T0 = 1_700_000_040.0  # a whole minute
 GRACE = 1.0

@@ -15,11 +15,9 @@ from tests.test_window_stage import T0, Event, Message, folded
 from worker.ops.telemetry import Telemetry
 from worker.scoring_suites import ScoringSuites
 from worker.stream.context import StreamContext
-from worker.stream.scoring import INPUT_GROUP
-from worker.stream.sessions import SESSION_GROUP
 from worker.stream.windows import WindowStage
 from worker.suites.alignment.embedding_model import HashingEmbedder
-from worker.windowing.watermark import Marker
+from worker.windowing.event_time import INPUT_GROUP, SESSION_GROUP, Marker
 
 GATE = {
     "name": "composite-drop",

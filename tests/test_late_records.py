@@ -9,6 +9,7 @@ import pytest
 
 from worker.config import WindowConfig
 from worker.windowing.late_records import LateRecordLog, closed_window, describe
+from worker.windowing.lateness import LatenessPolicy
 
 T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC).timestamp()
 MINUTE = WindowConfig(size=60)
@@ -16,7 +17,7 @@ HOUR_BY_5M = WindowConfig(size=3600, step=300)
 
 
 def test_a_record_for_a_closed_window_names_it_and_how_long_it_was_closed() -> None:
-    window = closed_window(T0 + 30, T0 + 3600, [MINUTE, HOUR_BY_5M], grace=10)
+    window = closed_window(T0 + 30, T0 + 3600, [MINUTE, HOUR_BY_5M], LatenessPolicy(10))
     assert window is not None
     assert (window.config, window.start, window.end) == (MINUTE, T0, T0 + 60)
     assert window.late_by == 3600 - 70
@@ -28,10 +29,10 @@ def test_a_record_for_a_closed_window_names_it_and_how_long_it_was_closed() -> N
 
 
 def test_open_windows_and_an_unknown_watermark_are_not_late() -> None:
-    assert closed_window(T0 + 30, T0 + 69.9, [MINUTE], grace=10) is None
-    assert closed_window(T0 + 30, None, [MINUTE], grace=10) is None
+    assert closed_window(T0 + 30, T0 + 69.9, [MINUTE], LatenessPolicy(10)) is None
+    assert closed_window(T0 + 30, None, [MINUTE], LatenessPolicy(10)) is None
     # the oldest hopping window containing it closes first
-    window = closed_window(T0 + 30, T0 + 3600 + 10, [HOUR_BY_5M], grace=10)
+    window = closed_window(T0 + 30, T0 + 3600 + 10, [HOUR_BY_5M], LatenessPolicy(10))
     assert window is not None and (window.start, window.end) == (T0 - 3300, T0 + 300)
 
 
@@ -40,7 +41,11 @@ def test_one_line_per_suite_and_interval_counting_the_ones_between(
 ) -> None:
     clock = [0.0]
     late = LateRecordLog(
-        [MINUTE], 10, logging.getLogger("test.late"), interval=10, clock=lambda: clock[0]
+        [MINUTE],
+        LatenessPolicy(10),
+        logging.getLogger("test.late"),
+        interval=10,
+        clock=lambda: clock[0],
     )
     watermark = T0 + 3600
     with caplog.at_level(logging.WARNING, logger="test.late"):

@@ -17,9 +17,10 @@ from worker import aggregation
 from worker.config import WindowConfig
 from worker.stream.publish import Contributions, Folding
 from worker.suites.registry import AGGREGATORS
+from worker.windowing.event_time import Marker
+from worker.windowing.lateness import LatenessPolicy
 from worker.windowing.pane_folds import PaneFold
 from worker.windowing.store import WindowStore
-from worker.windowing.watermark import Marker
 from worker.windowing.windows import pane_width
 
 T0 = 1_700_000_100.0  # 2023-11-14T22:15:00Z, a whole five minutes
@@ -61,7 +62,9 @@ def cases(count: int, seed: int = 7) -> list[CaseResult]:
 
 
 def store() -> WindowStore:
-    return WindowStore({}, {}, configs=WINDOWS, grace=5.0, aggregators=AGGREGATORS)
+    return WindowStore(
+        {}, {}, configs=WINDOWS, lateness=LatenessPolicy(5.0), aggregators=AGGREGATORS
+    )
 
 
 def segments(result: CaseResult) -> tuple[tuple[str, dict[str, str], bytes], ...]:

@@ -21,13 +21,11 @@ from tests.test_window_stage import T0, case  # T0: a whole minute, the window [
 from worker.ops.telemetry import Telemetry
 from worker.scoring_suites import ScoringSuites
 from worker.stream.context import StreamContext, run_to_completion
-from worker.stream.scoring import INPUT_GROUP
-from worker.stream.sessions import SESSION_GROUP
 from worker.stream.windows import WindowStage
 from worker.suites.alignment.embedding_model import HashingEmbedder
 from worker.suites.registry import AGGREGATORS
+from worker.windowing.event_time import INPUT_GROUP, SESSION_GROUP, Marker
 from worker.windowing.pane_folds import PaneFold
-from worker.windowing.watermark import Marker
 
 GRACE = 5.0
 

@@ -14,15 +14,16 @@ from schemas.outputs import CaseResult, RecordSource
 from worker.config import WindowConfig
 from worker.input import records as input_records
 from worker.suites.registry import AGGREGATORS
-from worker.windowing.pane_folds import PaneFold
-from worker.windowing.store import Emission, WindowStore
-from worker.windowing.watermark import (
+from worker.windowing.event_time import (
     InvalidEventTime,
     Marker,
     PartitionClock,
     Watermark,
     check_event_time,
 )
+from worker.windowing.lateness import LatenessPolicy
+from worker.windowing.pane_folds import PaneFold
+from worker.windowing.store import Emission, WindowStore
 from worker.windowing.windows import pane_width
 
 T0 = 1_700_000_040.0  # a whole minute: 2023-11-14T22:14:00Z
@@ -77,7 +78,7 @@ class Replay:
             self.tables["windows"],
             self.tables["progress"],
             configs=self.windows,
-            grace=GRACE,
+            lateness=LatenessPolicy(GRACE),
             aggregators=AGGREGATORS,
             channel_groups={"in": 0},
         )
@@ -328,7 +329,9 @@ def test_each_changed_key_is_written_once_per_flush() -> None:
             writes.append(key)
             super().__setitem__(key, value)
 
-    store = WindowStore(Recording(), {}, configs=MINUTE, grace=GRACE, aggregators=AGGREGATORS)
+    store = WindowStore(
+        Recording(), {}, configs=MINUTE, lateness=LatenessPolicy(GRACE), aggregators=AGGREGATORS
+    )
     for offset in range(100):
         store.add(0, result(f"c{offset}", T0 + offset * 0.5, offset), {})
     assert writes == []
@@ -382,7 +385,9 @@ def test_unparseable_times_are_invalid_timestamp_dead_letters(ts: str) -> None:
 
 def test_interim_emission_of_a_hopping_pane_is_its_newest_window_only() -> None:
     hourly = [WindowConfig(size=3600, step=300)]
-    store = WindowStore({}, {}, configs=hourly, grace=GRACE, aggregators=AGGREGATORS)
+    store = WindowStore(
+        {}, {}, configs=hourly, lateness=LatenessPolicy(GRACE), aggregators=AGGREGATORS
+    )
     base = T0 + 60  # a whole five minutes
     store.add(0, result("a", base + 10, 1), {})
     [emission] = store.pending(0)
@@ -401,7 +406,7 @@ def test_a_suite_only_the_score_stage_counts_closes_on_the_input_markers_alone(
         {},
         {},
         configs=MINUTE,
-        grace=GRACE,
+        lateness=LatenessPolicy(GRACE),
         aggregators=AGGREGATORS,
         channel_groups={"in": 0, "sess": 1},
         suite_groups={"safe": {"in"}} if input_only else None,

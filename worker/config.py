@@ -51,31 +51,10 @@ from worker.settings_base import (
 from worker.stats import DEFAULT_RESERVOIR_SIZE
 from worker.suites import registry
 from worker.suites.base import SuiteSpec
+from worker.windowing.windows import WindowConfig
 from worker.yaml_files import read_yaml
 
-# ---------------------------------------------------------------- windows and gates
-
-
-class WindowConfig(Section):
-    """A tumbling (`step` unset) or hopping window over event time."""
-
-    size: Duration
-    step: Duration | None = None
-
-    @model_validator(mode="after")
-    def _step_divides(self) -> WindowConfig:
-        if self.step is not None and (self.step > self.size or self.size % self.step):
-            raise ValueError("step must be at most size and divide it")
-        return self
-
-    @property
-    def name(self) -> str:
-        """Label used in topic keys and Prometheus: '1m' or '1h/5m'."""
-        from worker.windowing.windows import (
-            window_name,
-        )  # (worker.windowing.windows imports this module)
-
-        return window_name(self.size, self.step)
+# ---------------------------------------------------------------- gates
 
 
 class GateConfig(Section):

@@ -51,7 +51,7 @@ from worker.input.rejections import (
 from worker.input.validation_errors import describe_validation_error
 from worker.suites import registry
 from worker.suites.base import Scored
-from worker.windowing.watermark import InvalidEventTime, check_event_time
+from worker.windowing.event_time import InvalidEventTime, check_event_time
 
 INPUT_RECORDS: TypeAdapter[InputRecord] = TypeAdapter(InputRecord)
 

@@ -142,12 +142,9 @@ def stage_watermarks(scorer: Any) -> dict[str, list[float | None]]:
         name = topic.get_topic_name()
         return sorted(tp.partition for tp in assigned if tp.topic == name)
 
-    clocks = scorer.scoring.clocks
+    inputs = scorer.scoring.progress
     return {
-        "score": [
-            clocks[partition].progress if partition in clocks else None
-            for partition in owned(topics.input)
-        ],
+        "score": [inputs.progress(partition) for partition in owned(topics.input)],
         "sessions": [
             scorer.session_stage.watermark(partition).value() for partition in owned(topics.turns)
         ],

@@ -3,7 +3,9 @@
 A span whose `gen_ai.operation.name` is one of the configured operations becomes one
 alignment turn (see `map_span`); any other span is skipped (`not_genai`, `operation`);
 a GenAI span that cannot be a turn is `Unmapped` with a reason from `UNMAPPED_REASONS`.
-`OtlpSource.read` does a whole Kafka message: decode, map, drop re-delivered spans.
+`OtlpSource.read` does a whole Kafka message: decode, map, drop re-delivered spans;
+`OtlpSource.read_records` gives the same as input records: the OTLP source behind the
+source seam (`worker.input.sources.Source`).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import orjson
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
+from worker.input.sources import Skipped, SourceMetrics, SourceOutput, SourceRecord
 from worker.otlp.decode import attributes, decode_traces, to_python
 from worker.otlp.settings import OtlpSourceSettings
 
@@ -36,6 +39,16 @@ MAPPED, DUPLICATE, NOT_GENAI, OPERATION, UNMAPPED = (
     "unmapped",
 )
 OUTCOMES = (MAPPED, DUPLICATE, NOT_GENAI, OPERATION, UNMAPPED)
+METRICS = SourceMetrics(
+    items="scorestream_otlp_spans_total",
+    items_help="Spans read from the OTLP source, by outcome: mapped (sent to be scored), "
+    "duplicate (a span id seen before), not_genai, operation (a GenAI operation "
+    "not scored), unmapped (see scorestream_otlp_unmapped_spans_total).",
+    outcomes=OUTCOMES,
+    skipped="scorestream_otlp_unmapped_spans_total",
+    skipped_help="GenAI spans that could not be made an alignment turn, by reason.",
+    reasons=UNMAPPED_REASONS,
+)
 
 
 @dataclass(frozen=True)
@@ -154,8 +167,13 @@ class SpanDedupe:
 
 
 class OtlpSource:
-    """Kafka message bytes in, turn envelopes out (`read`); `Rejected` for a message that
-    is not OTLP traces. Keeps only the dedupe LRU between messages."""
+    """Kafka message bytes in, turn envelopes out (`read`), or input records
+    (`read_records`: a `worker.input.sources.Source`); `Rejected` for a message that is
+    not OTLP traces. Keeps only the dedupe LRU between messages."""
+
+    name = "otlp"
+    item = "OTLP span"
+    metrics = METRICS
 
     def __init__(
         self,
@@ -190,6 +208,24 @@ class OtlpSource:
                     else:
                         batch.outcomes[DUPLICATE] += 1
         return batch
+
+    def read_records(self, raw: bytes | None) -> SourceOutput:
+        """`read` as input records: each turn keyed by its session, its event time the
+        span's end."""
+        batch = self.read(raw)
+        records = []
+        for envelope in batch.envelopes:
+            ts = envelope.get("ts")
+            records.append(
+                SourceRecord(
+                    key=envelope["payload"]["session_id"].encode("utf-8"),
+                    value=orjson.dumps(envelope),
+                    event_time=None if ts is None else ts / 1000,
+                    origin=f"trace {envelope['trace_id']} span {envelope['id']}",
+                )
+            )
+        skipped = [Skipped(unmapped.reason, unmapped.detail) for unmapped in batch.unmapped]
+        return SourceOutput(records, batch.outcomes, skipped)
 
 
 # ---------------------------------------------------------------- span content

@@ -34,19 +34,18 @@ from worker.config import Settings
 from worker.ops.kafka_security import aiokafka_options, faust_options, internal_topic_configs
 from worker.ops.startup import StartupStages
 from worker.ops.telemetry import Telemetry, scorestream_version
-from worker.otlp.mapping import OtlpSource
 from worker.otlp.sink import DROP_REASONS, EvaluationSink
 from worker.scoring_suites import ScoringSuites
 from worker.stream import faust_patches
 from worker.stream.context import StreamContext
 from worker.stream.durable_table import durable_table
 from worker.stream.mark_writer import MarkWriter
-from worker.stream.otlp_source import OtlpSourceStage
 from worker.stream.partitioner import partition_for_key
 from worker.stream.publish import Folding, Publisher, StreamTopics
 from worker.stream.raw_schema import RawSchema
 from worker.stream.scoring import ScoreStage
 from worker.stream.sessions import SessionStage
+from worker.stream.sources import SourceStage, configured_sources
 from worker.stream.window_codec import WINDOW_STATE_CODEC
 from worker.stream.windows import WindowStage
 from worker.suites.registry import AGGREGATORS
@@ -181,7 +180,7 @@ class ScorestreamApp:
         app.agent(self.topics.input, name="score")(self.scoring.agent)
         app.agent(self.topics.turns, name="sessions")(self.session_stage.agent)
         app.agent(self.topics.aggregate_input, name="windows")(self.window_stage.agent)
-        self.otlp_topic = self._add_otlp_source(context)
+        self.source_stages = self._add_sources(context)
         self.evaluations = self._add_evaluation_sink()
         app.timer(settings.stream.tick_interval)(self._tick)
         app.timer(settings.aggregate_emit_interval)(self._emit_interim)
@@ -191,21 +190,21 @@ class ScorestreamApp:
         app.on_partitions_revoked.connect(self._on_revoked)
         app.on_rebalance_complete.connect(self._on_recovered)
 
-    def _add_otlp_source(self, context: StreamContext) -> Any:
-        """The `otlp` agent on `sources.otlp.topic`, when configured: GenAI spans become
-        envelopes on the input topic (`worker/stream/otlp_source.py`)."""
-        rules = self.settings.sources.otlp
-        if rules is None:
-            return None
-        # OTLP spans become alignment turns: a persona is known when that suite has it.
+    def _add_sources(self, context: StreamContext) -> list[SourceStage]:
+        """An agent per configured source (`configured_sources`; OTLP: `sources.otlp`),
+        on the source's topic: its messages become records on the input topic."""
+        # Sources of session turns (OTLP spans become alignment turns): a persona is known
+        # when the suite that keeps sessions has it.
         personas = getattr(self.suites.sessions, "personas", ())
-        source = OtlpSource(
-            rules, self.settings.limits.text_bytes, lambda persona: persona in personas
-        )
-        self.otlp_stage = OtlpSourceStage(context, source)
-        topic = self.app.topic(rules.topic, **RAW)
-        self.app.agent(topic, name="otlp")(self.otlp_stage.agent)
-        return topic
+        stages = []
+        for topic_name, source in configured_sources(
+            self.settings, lambda persona: persona in personas
+        ):
+            stage = SourceStage(context, source)
+            topic = self.app.topic(topic_name, **RAW)
+            self.app.agent(topic, name=source.name)(stage.agent)
+            stages.append(stage)
+        return stages
 
     def _add_evaluation_sink(self) -> EvaluationSink | None:
         """Results with a trace id also go out as gen_ai.evaluation.result log records

@@ -13,7 +13,7 @@ from typing import Any
 
 from faust.types import EventT
 
-from worker.config import Settings, WindowConfig
+from worker.config import Settings
 from worker.input.records import SourcePosition
 from worker.ops.telemetry import Telemetry
 from worker.scoring_pool import ScoringPool
@@ -21,7 +21,9 @@ from worker.scoring_suites import ScoringSuites
 from worker.stream.faust_patches.internals import current_event
 from worker.stream.publish import Publisher
 from worker.suites import registry
-from worker.windowing.windows import gate_windows, pane_width
+from worker.windowing.event_time import EventTime
+from worker.windowing.lateness import LatenessPolicy
+from worker.windowing.windows import WindowConfig, pane_width, with_gate_windows
 
 log = logging.getLogger("scorestream")
 
@@ -35,11 +37,19 @@ POOL_PRELOAD = (
 )
 
 
+def gate_windows(settings: Settings) -> list[WindowConfig]:
+    """Configured windows plus a tumbling window for each gate's window size."""
+    return with_gate_windows(settings.windows, (gate.window for gate in settings.gates))
+
+
 @dataclass
 class StreamContext:
     """The collaborators of the stages; `clock` is wall-clock epoch seconds. The scoring
     pool's child processes start on first use. `windows` are the configured windows plus
-    each gate's (`gate_windows`), `pane_width` the pane they share (None: no common one)."""
+    each gate's (`gate_windows`), `pane_width` the pane they share (None: no common one).
+    `event_time` is the worker's one event-time component (`worker.windowing.event_time`)
+    around its one `LatenessPolicy` (`grace`): the stages ask it when to send a marker and
+    what a marker closes."""
 
     settings: Settings
     suites: ScoringSuites
@@ -49,10 +59,17 @@ class StreamContext:
     scoring_pool: ScoringPool = field(init=False)
     windows: list[WindowConfig] = field(init=False)
     pane_width: float | None = field(init=False)
+    event_time: EventTime = field(init=False)
 
     def __post_init__(self) -> None:
         self.windows = gate_windows(self.settings)
         self.pane_width = pane_width(self.windows)
+        self.event_time = EventTime(
+            LatenessPolicy(self.settings.grace),
+            self.pane_width,
+            idle_timeout=self.settings.idle_timeout,
+            heartbeat=self.settings.stream.marker_heartbeat,
+        )
         sessions = registry.session_suite()
         scores_sessions = sessions is not None and self.settings.scores(sessions.name)
         self.scoring_pool = ScoringPool(

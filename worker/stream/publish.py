@@ -28,8 +28,8 @@ from worker.otlp.sink import EvaluationSink
 from worker.stream.faust_patches.internals import kafka_producer
 from worker.stream.faust_patches.record_batches import send_batches
 from worker.suites.base import Scored, SuiteAggregator
+from worker.windowing.event_time import Marker, markers_in, markers_value
 from worker.windowing.pane_folds import PaneFold
-from worker.windowing.watermark import Marker, markers_in, markers_value
 
 log = logging.getLogger("scorestream")
 

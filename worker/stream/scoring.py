@@ -2,9 +2,9 @@
 scoring pool's child processes, each record under `limits.scoring_deadline`),
 forwards the session suite's records (alignment's) to the session stage, dead-letters
 what cannot be scored, and tells the downstream stages how far each input partition has
-got (watermark markers: right behind a micro-batch's outputs when its progress passes a
-window's end + grace, and from the timer for the rest, idle partitions and as a
-heartbeat).
+got: it reports each finished record to the event-time component and sends the watermark
+markers that component chooses, behind a micro-batch's outputs and from the timer
+(`worker.windowing.event_time.InputProgress`).
 """
 
 from __future__ import annotations
@@ -35,20 +35,19 @@ from worker.stream.faust_patches.seek_guard import start_offsets
 from worker.stream.inflight import InflightGuard
 from worker.stream.overlap import overlap_batches
 from worker.stream.publish import Contributions, Folding, OutputTooLarge
-from worker.windowing.lateness import LatenessPolicy
-from worker.windowing.watermark import Marker, PartitionClock
+from worker.windowing.event_time import AssignedPartition, Marker
 
 log = logging.getLogger("scorestream")
 
 READY_TIMEOUT = 120.0  # seconds a start-up may take before marks are flushed anyway
 MARK_TIMEOUT = 30.0  # seconds to wait for the broker to acknowledge in-flight marks
-INPUT_GROUP = "in"  # watermark channel group of the input partitions
 
 _T = TypeVar("_T")
 
 
 class ScoreStage:
-    """Scores input records and keeps one `PartitionClock` per assigned input partition."""
+    """Scores input records and tells the event-time component (`context.event_time`)
+    which of them it finished; sends the watermark markers that component says to."""
 
     def __init__(
         self,
@@ -73,12 +72,10 @@ class ScoreStage:
         self.guard = InflightGuard(inflight, limit) if inflight is not None and limit else None
         self.settings = context.settings
         self.publisher = context.publisher
-        self.clocks: dict[int, PartitionClock] = {}
-        self.sent: dict[int, tuple[float, float]] = {}  # partition -> (progress, sent at)
+        # The producing side of event time: the input partitions' clocks, which markers
+        # to send and when (`worker.windowing.event_time.InputProgress`).
+        self.progress = context.event_time.inputs()
         self.input_partitions: int | None = None  # of the input topic, once known
-        # When progress may close a window (`_send_batch_progress`): the window stage's
-        # lateness policy and pane width.
-        self.lateness = LatenessPolicy(context.settings.grace)
         # A micro-batch's results and scoring times, for the telemetry once it is sent.
         self._observed: list[tuple[ResultView, float]] = []
 
@@ -165,11 +162,11 @@ class ScoreStage:
                     self.guard.end(key)
         now = self.context.clock()
         for source, event_time in done:
-            clock = self.clocks.get(source.partition)
-            if clock is None:
-                clock = self.clocks[source.partition] = PartitionClock(quiet_since=now)
-            clock.observe(
-                source.offset, None if event_time is None else event_time.timestamp(), now
+            self.progress.observe(
+                source.partition,
+                source.offset,
+                None if event_time is None else event_time.timestamp(),
+                now,
             )
         await self._send_batch_progress({source.partition for source, _ in done}, now)
 
@@ -412,8 +409,7 @@ class ScoreStage:
 
     def forget(self) -> None:
         """After a rebalance: the partitions this worker reads may have changed."""
-        self.clocks.clear()
-        self.sent.clear()
+        self.progress.forget()
         self.fold_from.clear()
         self.input_partitions = None
 
@@ -450,12 +446,9 @@ class ScoreStage:
 
     async def _send_batch_progress(self, partitions: set[int], now: float) -> None:
         """Right behind a micro-batch's outputs: one marker record (to every partition of
-        both internal topics) with the progress of each assigned partition it moved, when
-        one of them passed a window's end + grace since its last marker (or has none yet).
-        Other progress waits for the timer (`send_progress`, every `tick_interval`): it
-        closes no window (a watermark is a minimum over partitions, so it can only pass an
-        end + grace on a marker whose own progress passes it), and a marker to every
-        partition of two topics per micro-batch is half of what the broker stores there."""
+        both internal topics) when the event-time component says the batch's progress may
+        close a window (`InputProgress.batch_markers`); the rest waits for the timer
+        (`send_progress`, every `tick_interval`)."""
         try:
             count = self._input_partition_count()
             assigned = {tp.partition for tp in self._assigned()}
@@ -464,29 +457,15 @@ class ScoreStage:
             return
         if not count:
             return
-        markers = []
-        closing = False
-        for partition in sorted(partitions & assigned):
-            clock = self.clocks.get(partition)
-            last = self.sent.get(partition)
-            if clock is None or clock.progress is None:
-                continue
-            if last is not None and last[0] >= clock.progress:
-                continue
-            markers.append(Marker(INPUT_GROUP, partition, count, clock.progress))
-            closing = closing or (
-                last is None
-                or self.lateness.closes_between(last[0], clock.progress, self.context.pane_width)
-            )
-        if closing:
+        markers = self.progress.batch_markers(partitions, assigned, count)
+        if markers:
             await self._send_markers(markers, now)
 
     async def _send_markers(self, markers: list[Marker], now: float) -> None:
         topics = self.publisher.topics
         await self.publisher.markers(topics.turns, markers)
         await self.publisher.markers(topics.aggregate_input, markers)
-        for marker in markers:
-            self.sent[marker.index] = (marker.value, now)
+        self.progress.sent(markers, now)
 
     def _input_partition_count(self) -> int | None:
         if self.input_partitions is None:
@@ -504,37 +483,29 @@ class ScoreStage:
         )
 
     async def send_progress(self) -> None:
-        """Send a marker for every assigned input partition whose progress moved (or was
-        not sent for `marker_heartbeat`), after letting idle ones follow the wall clock:
-        one marker record, to every partition of both internal topics."""
+        """The timer's markers (`InputProgress.tick_markers`: progress that moved, idle
+        partitions following the wall clock, heartbeats), as one marker record to every
+        partition of both internal topics."""
         consumer = self.app.consumer
         count = self._input_partition_count()
         if not count:
             return
         now = self.context.clock()
-        markers = []
+        partitions = []
         for tp in self._assigned():
-            clock = self.clocks.get(tp.partition)
-            if clock is None:
-                clock = self.clocks[tp.partition] = PartitionClock(quiet_since=now)
-            if not clock.observed:  # nothing finished since the assignment
-                clock.next_offset = self._start_offset(tp)
             try:
                 highwater = consumer.highwater(tp)
             except Exception:  # revoked meanwhile (a rebalance): the next tick sees it
+                partitions.append(
+                    AssignedPartition(tp.partition, self._start_offset(tp), None, False)
+                )
                 continue
             if self.folding is not None and self.guard is None:
                 # early: a quiet partition's live records fold (with the guard they fold
                 # anyway; its table may still be recovering here, so only batches read it)
                 self._learn_fold_from(tp.partition)
-            clock.follow_wall_clock(now, highwater, self.settings.idle_timeout)
-            if clock.progress is None:
-                continue
-            last = self.sent.get(tp.partition)
-            heartbeat = self.settings.stream.marker_heartbeat
-            if last is not None and last[0] == clock.progress and now - last[1] < heartbeat:
-                continue
-            markers.append(Marker(INPUT_GROUP, tp.partition, count, clock.progress))
+            partitions.append(AssignedPartition(tp.partition, self._start_offset(tp), highwater))
+        markers = self.progress.tick_markers(partitions, count, now)
         await self._send_markers(markers, now)
 
     def _partition_count(self, topic: str) -> int | None:

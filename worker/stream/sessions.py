@@ -5,10 +5,10 @@ changelog-backed table, closes them on their final turn or when idle in event ti
 passes the watermark on to the aggregation. What a record, a turn and a session state
 are is the suite's `SessionSuite` (`worker.suites.base`); this module names no suite.
 
-Idle expiry is measured on this partition's watermark (the minimum progress of the input
-partitions, from the markers in this stream), so a worker that was down, or has a
-backlog, never expires a session whose turns are still to be read. An idle session
-closes at `last turn ts + session_idle_timeout` in event time.
+When an idle session closes is the event-time component's rule
+(`worker.windowing.event_time.SessionWindows`, on this partition's watermark: the minimum
+progress of the input partitions, from the markers in this stream), so a worker that was
+down, or has a backlog, never expires a session whose turns are still to be read.
 """
 
 from __future__ import annotations
@@ -31,16 +31,14 @@ from worker.ops.telemetry import EMBEDDING_SKIPPED_OVERLOAD
 from worker.scoring_pool import Outcome
 from worker.stream.context import StreamContext, event_context, run_to_completion
 from worker.stream.publish import OutputTooLarge, markers_of
-from worker.stream.scoring import INPUT_GROUP, observe
+from worker.stream.scoring import observe
 from worker.suites import registry
 from worker.suites.base import SessionSuite, TurnInput
-from worker.windowing.progress import ProgressTable
-from worker.windowing.watermark import Marker, Watermark
+from worker.windowing.event_time import INPUT_GROUP, SESSION_GROUP, Marker, Watermark
 
 log = logging.getLogger("scorestream")
 
 PROGRESS_PREFIX = "sess"  # progress["sess|{p}"]: the partition's watermark
-SESSION_GROUP = "sess"  # watermark channel group of the session stage's partitions
 EMBEDDING_CHUNK = 64  # texts per executor call (bench/stream.py: 1.25x the turns/s of 16)
 
 
@@ -76,7 +74,9 @@ class SessionStage:
         self.hooks: SessionSuite = context.suites.sessions
         self.timing = self.hooks.timing(spec.section(self.settings))
         self.sessions = sessions
-        self.progress = ProgressTable(progress, PROGRESS_PREFIX, {INPUT_GROUP: 0})
+        # Event time: this stage's watermarks and the session windows on them.
+        self.progress = context.event_time.stage(progress, PROGRESS_PREFIX, {INPUT_GROUP: 0})
+        self.session_windows = context.event_time.sessions(self.timing.idle_timeout)
         self._forward: dict[int, Marker] = {}  # partition -> watermark to pass on
         self.executor = executor
         self.judge = self.hooks.make_judge(context.telemetry.record_judge_error)
@@ -204,12 +204,10 @@ class SessionStage:
     async def on_markers(self, partition: int, markers: Sequence[Marker]) -> None:
         """Take input partitions' progress; expire idle sessions; pass the partition's
         watermark on (with the batch's other partitions', at the end of the batch)."""
-        moved = False
-        for marker in markers:
-            moved |= self.progress.observe(partition, marker)
+        advance = self.progress.on_markers(partition, markers)
         self.progress.flush(partition)  # sessions are written as they change, so is progress
-        current = self.progress.value(partition)
-        if not moved or current is None:
+        current = advance.passed
+        if current is None:
             return
         await self.expire(partition, current)
         count = self.settings.stream.partitions
@@ -223,18 +221,18 @@ class SessionStage:
         await self.publisher.markers(self.publisher.topics.aggregate_input, markers)
 
     async def expire(self, partition: int, watermark: float) -> None:
-        """Close the sessions of `partition` idle for the timeout in event time, and drop
-        the tombstones of closed sessions once as old."""
-        timeout = self.timing.idle_timeout
+        """Close the sessions of `partition` whose session window `watermark` closed, and
+        drop the tombstones of closed sessions once as old (`SessionWindows`)."""
+        rule = self.session_windows
         for session_id, stored in list(self.sessions.items()):
             if stored.get("partition") != partition:
                 continue
             if stored.get("closed"):
-                if watermark - float(stored["at"]) >= timeout:
+                if rule.tombstone_expired(float(stored["at"]), watermark):
                     del self.sessions[session_id]  # the tombstone of a closed session
                 continue
-            idle_at = float(stored["ts"]) + timeout
-            if idle_at > watermark:
+            idle_at = rule.idle_close(float(stored["ts"]), watermark)
+            if idle_at is None:
                 continue
             try:
                 state = self.hooks.restore(stored["state"])

@@ -27,18 +27,15 @@ from schemas.envelope import parse_event_time
 from schemas.outputs import Aggregate, CaseResult, RecordSource
 from worker import aggregation
 from worker.gates.evaluator import GateEvaluator, applies_to, gate_key, gated_metrics
-from worker.stream.context import StreamContext, event_context, run_to_completion
+from worker.stream.context import StreamContext, event_context, gate_windows, run_to_completion
 from worker.stream.faust_patches.prompt_batches import take_batches
 from worker.stream.publish import MARKER_KEY, markers_of
-from worker.stream.scoring import INPUT_GROUP
-from worker.stream.sessions import SESSION_GROUP
 from worker.suites import registry
 from worker.suites.registry import AGGREGATORS
+from worker.windowing.event_time import INPUT_GROUP, SESSION_GROUP, Marker
 from worker.windowing.late_records import LateRecordLog
 from worker.windowing.pane_folds import count_of, start_of
 from worker.windowing.store import Emission, WindowStore
-from worker.windowing.watermark import Marker
-from worker.windowing.windows import gate_windows
 
 log = logging.getLogger("scorestream")
 
@@ -74,33 +71,31 @@ class WindowStage:
         self.settings = settings = context.settings
         self.publisher = context.publisher
         self.gates = gates
+        event_time = context.event_time
         self.store = WindowStore(
             windows,
             progress,
             configs=context.windows,
-            grace=settings.grace,
+            lateness=event_time.lateness,
             aggregators=AGGREGATORS,
             reservoir_size=settings.reservoir_size,
             channel_groups={INPUT_GROUP: 0, SESSION_GROUP: settings.stream.partitions},
             suite_groups=input_only_suites(),
+            pane_width=event_time.pane_width,
         )
+        # The consuming side of event time for this stage's partitions (the store's).
+        self.progress = self.store.stage_progress
         self.last_interim: dict[int, float] = {}
-        self.last_watermark: dict[int, float] = {}
-        self.late_log = LateRecordLog(context.windows, settings.grace, log)
+        self.late_log = LateRecordLog(context.windows, event_time.lateness, log)
         self.gauges: dict[str, tuple[str, dict[str, str]]] = {}  # gate key -> (gate, segment)
         self._deliveries: list[Awaitable[Any]] = []  # finals and gate events of the batch
         self._gate_writes: dict[str, dict[str, Any]] = {}  # gate states of the batch
-        # The latest marker value seen per (stage partition, group, channel) as it arrived
-        # (before its batch was processed), for `may_close`.
-        self._marker_seen: dict[tuple[int, str, int], float] = {}
 
     def forget(self) -> None:
         self.store.forget()
         self.last_interim.clear()
-        self.last_watermark.clear()
         self._deliveries.clear()
         self._gate_writes.clear()
-        self._marker_seen.clear()
 
     async def agent(self, stream: Any) -> None:  # faust.Stream
         batch_size = self.settings.stream.aggregate_batch_size
@@ -109,30 +104,16 @@ class WindowStage:
             await run_to_completion(self.process_batch(events))
 
     def may_close(self, event: EventT) -> bool:
-        """Whether `event` is a marker that may close a window: one that takes its channel
-        past a window end + grace it had not passed. Its batch is processed at once
-        instead of after `aggregate_batch_wait`; other markers and data wait as before."""
+        """Whether `event` is a marker that may close a window (`StageProgress.may_close`).
+        Its batch is processed at once instead of after `aggregate_batch_wait`; other
+        markers and data wait as before."""
         if event.key != MARKER_KEY:
             return False
         try:
             markers = markers_of(orjson.loads(event.value))
         except (orjson.JSONDecodeError, TypeError, ValueError):
             return False  # `process` reports it
-        partition = event.message.partition
-        crossed = False
-        for marker in markers:
-            channel = (partition, marker.group, marker.index)
-            before = self._marker_seen.get(channel)
-            if before is None or marker.value > before:
-                self._marker_seen[channel] = marker.value
-                crossed = (
-                    crossed
-                    or before is None
-                    or self.store.lateness.closes_between(
-                        before, marker.value, self.context.pane_width
-                    )
-                )
-        return crossed
+        return self.progress.may_close(event.message.partition, markers)
 
     async def process_batch(self, events: list[EventT]) -> None:
         """Apply a micro-batch in order; once its finals and gate events are delivered,
@@ -194,9 +175,8 @@ class WindowStage:
         for marker in markers:
             for emission in self.store.advance(partition, marker):
                 await self._emit(emission, partition)
-        watermark = self.store.watermark(partition).value()
-        if watermark is not None and watermark != self.last_watermark.get(partition):
-            self.last_watermark[partition] = watermark
+        watermark = self.progress.changed(partition)
+        if watermark is not None:
             await self._resolve_stale_gates(partition, watermark)
         await self._emit_interim(partition)
 

@@ -14,10 +14,9 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from worker.config import WindowConfig
 from worker.demo.retime import rfc3339
 from worker.windowing.lateness import LatenessPolicy
-from worker.windowing.windows import window_ends
+from worker.windowing.windows import WindowConfig, window_ends
 
 LOG_INTERVAL = 10.0  # seconds of wall time between two lines of one suite
 ADVICE = (
@@ -44,13 +43,15 @@ class ClosedWindow:
 
 
 def closed_window(
-    event_time: float, watermark: float | None, configs: Iterable[WindowConfig], grace: float
+    event_time: float,
+    watermark: float | None,
+    configs: Iterable[WindowConfig],
+    lateness: LatenessPolicy,
 ) -> ClosedWindow | None:
     """The oldest closed window (of the first configuration that has one) containing
     `event_time`, or None when every window containing it is still open."""
     if watermark is None:
         return None
-    lateness = LatenessPolicy(grace)
     for config in configs:
         oldest_end, _newest_end = window_ends(event_time, config)
         if lateness.is_closed(oldest_end, watermark):
@@ -95,13 +96,13 @@ class LateRecordLog:
     def __init__(
         self,
         configs: Sequence[WindowConfig],
-        grace: float,
+        lateness: LatenessPolicy,
         logger: logging.Logger,
         interval: float = LOG_INTERVAL,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.configs = list(configs)
-        self.grace = grace
+        self.lateness = lateness
         self.logger = logger
         self.interval = interval
         self.clock = clock
@@ -119,7 +120,7 @@ class LateRecordLog:
         late = [
             (event_time, count, window)
             for event_time, count in times
-            if (window := closed_window(event_time, watermark, self.configs, self.grace))
+            if (window := closed_window(event_time, watermark, self.configs, self.lateness))
         ]
         if not late:
             return

@@ -13,8 +13,7 @@ import enum
 import math
 from dataclasses import dataclass
 
-from worker.config import WindowConfig
-from worker.windowing.windows import window_ends
+from worker.windowing.windows import WindowConfig, window_ends
 
 
 class Timeliness(enum.Enum):

@@ -59,13 +59,11 @@ from typing import Any
 from schemas.outputs import CaseResult
 from worker import aggregation
 from worker.aggregation import dedupe
-from worker.config import WindowConfig
 from worker.suites.base import State, SuiteAggregator
 from worker.windowing import pane_folds
+from worker.windowing.event_time import Marker, StageProgress, Watermark
 from worker.windowing.lateness import LatenessPolicy, Timeliness
-from worker.windowing.progress import ProgressTable
-from worker.windowing.watermark import Marker, Watermark
-from worker.windowing.windows import WindowKey, pane_start_of, windows_for
+from worker.windowing.windows import WindowConfig, WindowKey, pane_start_of, windows_for
 
 PANE = "pane|"
 SERIES = "series|"
@@ -114,20 +112,24 @@ class WindowStore:
         progress: MutableMapping[str, Any],
         *,
         configs: list[WindowConfig],
-        grace: float,
+        lateness: LatenessPolicy,
         aggregators: Mapping[str, SuiteAggregator],
         reservoir_size: int = aggregation.DEFAULT_RESERVOIR_SIZE,
         channel_groups: Mapping[str, int] | None = None,
         suite_groups: Mapping[str, Collection[str]] | None = None,
+        pane_width: float | None = None,
     ) -> None:
         self.windows = windows
         self.progress = progress
         self.configs = {config.name: config for config in configs}
-        self.grace = grace
-        self.lateness = LatenessPolicy(grace)
+        self.lateness = lateness
         self.aggregators = aggregators
         self.reservoir_size = reservoir_size
-        self.progress_table = ProgressTable(progress, PROGRESS_PREFIX, channel_groups or {})
+        # The partitions' watermarks (and which markers may close a window: `pane_width`
+        # is the pane every configuration's windows end on, None: unknown).
+        self.stage_progress = StageProgress(
+            progress, PROGRESS_PREFIX, channel_groups or {}, lateness, pane_width
+        )
         # The channel groups whose markers each suite's records travel behind (a suite not
         # listed: every group). A suite only the score stage counts closes its windows on
         # the input partitions' progress, without waiting for the session stage's hop.
@@ -143,7 +145,7 @@ class WindowStore:
 
     def watermark(self, partition: int) -> Watermark:
         """The partition's watermark (restored from `progress` on first use)."""
-        return self.progress_table.watermark(partition)
+        return self.stage_progress.watermark(partition)
 
     def watermark_of(self, partition: int, suite: str) -> float | None:
         """The partition's watermark as it bounds `suite`'s windows: the minimum over the
@@ -156,7 +158,7 @@ class WindowStore:
     def forget(self) -> None:
         """Drop caches (after a rebalance another worker may have moved the state).
         Anything not flushed is dropped too: its input was not acknowledged."""
-        self.progress_table.forget()
+        self.stage_progress.forget()
         self._series.clear()
         self._pending.clear()
         self._deleted.clear()
@@ -297,7 +299,7 @@ class WindowStore:
         watermark = self.watermark(partition)
         group_sets = {None, *self.suite_groups.values()}
         before = [watermark.value(groups) for groups in group_sets]
-        self.progress_table.observe(partition, marker)
+        self.stage_progress.observe(partition, marker)
         after = [watermark.value(groups) for groups in group_sets]
         moved = after != before
         if all(value is None for value in after) or (not moved and partition in self._checked):
@@ -443,7 +445,7 @@ class WindowStore:
             del self._pending[key]
             written += 1
         self._count_opened(created)
-        written += self.progress_table.flush(partition)
+        written += self.stage_progress.flush(partition)
         for key, owner in list(self._deleted.items()):
             if partition is not None and owner != partition:
                 continue
@@ -490,7 +492,7 @@ class WindowStore:
         """Partitions with changes not flushed yet."""
         return (
             {int(value["partition"]) for value in self._pending.values()}
-            | self.progress_table.pending_partitions()
+            | self.stage_progress.pending_partitions()
             | set(self._deleted.values())
         )
 

@@ -1,8 +1,9 @@
-"""Event-time windows: which windows of each configuration an event time falls into.
+"""Event-time windows: their configuration (`WindowConfig`, the `windows` setting) and
+which windows of each configuration an event time falls into.
 
 Pure. A window is `[start, end)` in event time (epoch seconds). Tumbling windows advance
 by their size, hopping windows by their step (which divides the size), so an event belongs
-to `size / step` hopping windows. When windows close is `worker.windowing.store`'s business.
+to `size / step` hopping windows. When a window closes: `worker.windowing.event_time`.
 """
 
 from __future__ import annotations
@@ -13,8 +14,28 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from pydantic import model_validator
+
 from schemas.outputs import WindowSpan
-from worker.config import Settings, WindowConfig, format_duration
+from worker.settings_base import Duration, Section, format_duration
+
+
+class WindowConfig(Section):
+    """A tumbling (`step` unset) or hopping window over event time."""
+
+    size: Duration
+    step: Duration | None = None
+
+    @model_validator(mode="after")
+    def _step_divides(self) -> WindowConfig:
+        if self.step is not None and (self.step > self.size or self.size % self.step):
+            raise ValueError("step must be at most size and divide it")
+        return self
+
+    @property
+    def name(self) -> str:
+        """Label used in topic keys and Prometheus: '1m' or '1h/5m'."""
+        return window_name(self.size, self.step)
 
 
 def window_name(size: float, step: float | None) -> str:
@@ -100,14 +121,16 @@ def window_ends(event_time: float, window: WindowConfig) -> tuple[float, float]:
     return newest, newest
 
 
-def gate_windows(settings: Settings) -> list[WindowConfig]:
-    """Configured windows plus a tumbling window for each gate's window size."""
-    windows = list(settings.windows)
+def with_gate_windows(
+    configured: Iterable[WindowConfig], gate_sizes: Iterable[float]
+) -> list[WindowConfig]:
+    """The `configured` windows plus a tumbling window of each gate's window size."""
+    windows = list(configured)
     tumbling = {w.size for w in windows if w.step is None or w.step == w.size}
-    for gate in settings.gates:
-        if gate.window not in tumbling:
-            windows.append(WindowConfig(size=gate.window))
-            tumbling.add(gate.window)
+    for size in gate_sizes:
+        if size not in tumbling:
+            windows.append(WindowConfig(size=size))
+            tumbling.add(size)
     return windows
 
 
@@ -143,6 +166,7 @@ def assign_windows(event_time: float, windows: Iterable[WindowConfig]) -> list[W
 
 
 __all__ = [
+    "WindowConfig",
     "WindowKey",
     "assign_windows",
     "pane_start_of",
@@ -150,4 +174,5 @@ __all__ = [
     "window_ends",
     "window_name",
     "windows_for",
+    "with_gate_windows",
 ]
