@@ -5,19 +5,19 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 LOCKED ?= 1
 
-.PHONY: install models demo test lint typecheck check schemas bench lock k8s-rules clean
+.PHONY: install models demo test test-fast lint typecheck check schemas bench lock k8s-rules clean
 
-# The fitted safety classifier the package ships (scorestream models build): built from
-# the training data, never at a worker's start-up.
-ARTEFACT := worker/models/safety_classifier/manifest.json
+# The fitted safety and trait classifiers the package ships (scorestream models build):
+# built from the training data, never at a worker's start-up.
+ARTEFACTS := worker/models/safety_classifier/manifest.json worker/models/trait_classifier/manifest.json
 MODEL_DATA := $(filter-out worker/data/safety_replies_heldout%,$(wildcard worker/data/safety_replies*.yaml)) worker/data/trait_sentences.yaml
 
-install: $(STAMP) $(ARTEFACT)
+install: $(STAMP) $(ARTEFACTS)
 
 models: $(STAMP)
 	$(VENV)/bin/scorestream models build
 
-$(ARTEFACT): $(STAMP) $(MODEL_DATA)
+$(ARTEFACTS) &: $(STAMP) $(MODEL_DATA)
 	$(VENV)/bin/scorestream models build
 
 $(STAMP): pyproject.toml deploy/requirements.lock
@@ -37,6 +37,10 @@ demo: install
 
 test: install
 	$(PY) -m pytest -q -n 2
+
+# The fast lane a change is checked with first: no broker, no model (`make test` runs all).
+test-fast: install
+	$(PY) -m pytest -q -n 2 -m "not integration and not model"
 
 lint: install
 	$(VENV)/bin/ruff check .

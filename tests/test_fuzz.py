@@ -143,7 +143,13 @@ SAFE_PAYLOAD = st.fixed_dictionaries(
 )
 ARGUMENT = st.fixed_dictionaries(
     {"role": maybe(TEXT)},
-    optional={"argument": maybe(st.one_of(st.none(), TEXT, st.integers(), st.booleans()))},
+    optional={
+        "argument": maybe(
+            st.one_of(
+                st.none(), TEXT, st.integers(min_value=-(2**63), max_value=2**64 - 1), st.booleans()
+            )
+        )
+    },
 )
 EVENT = st.fixed_dictionaries(
     {"event_type": maybe(st.sampled_from(["质押", "股份回购", "made-up"]) | TEXT)},

@@ -9,6 +9,7 @@ import asyncio
 from typing import Any
 
 import orjson
+import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
@@ -17,6 +18,8 @@ from worker.ops.broker import EmbeddedBroker
 from worker.scoring_suites import ScoringSuites
 from worker.stream import ScorestreamApp
 from worker.suites.alignment.embedding_model import HashingEmbedder
+
+pytestmark = pytest.mark.integration
 
 
 async def read_all(
