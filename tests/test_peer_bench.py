@@ -85,6 +85,18 @@ def test_the_input_counts_its_cases_per_minute_and_sentinels_close_every_window(
     assert data.results == 250 + 8
 
 
+def test_the_long_backlog_spans_hours_of_windows_and_stays_in_the_past() -> None:
+    step_s = peer.SCENARIOS["long-backlog"]
+    now = 1_800_000_000.0
+    start = peer.history_start(20_000, step_s, now)
+    data = peer.peer_input(20_000, start, step_s)
+    # 20,000 cases 360 ms apart: two hours, one 60 s tumbling window per minute
+    assert len(data.per_minute) == 120
+    assert sum(data.per_minute.values()) == 20_000
+    latest = max(orjson.loads(value)["ts"] for _, value in data.sentinels)
+    assert latest <= (now - 60) * 1000
+
+
 def test_lost_cases_compares_each_final_window_with_the_input() -> None:
     per_minute = {MINUTES[0]: 100, MINUTES[1]: 150}
     assert peer.lost_cases(per_minute, {MINUTES[0]: 100, MINUTES[1]: 150}) == (0, 0)
