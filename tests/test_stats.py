@@ -9,7 +9,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from worker.stats import Moments, Reservoir, bootstrap_ci, bootstrap_diff_ci, mean
+from worker.stats import (
+    Moments,
+    Reservoir,
+    bootstrap_ci,
+    bootstrap_diff_ci,
+    bootstrap_means,
+    mean,
+)
 
 scores = st.lists(st.floats(min_value=0.0, max_value=1.0), min_size=1, max_size=60)
 
@@ -86,3 +93,21 @@ def test_paired_difference_interval_detects_a_shift() -> None:
 def test_mean_of_nothing_is_zero() -> None:
     assert mean([]) == 0.0
     assert mean([0.25, 0.75]) == 0.5
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        [0.0, 0.5, 1.0, 1.0, 0.5, 1.0, 0.0, 1.0] * 16,  # few distinct: counts are drawn
+        [i / 127 for i in range(128)],  # all distinct: every pick is drawn
+    ],
+    ids=["few-distinct", "all-distinct"],
+)
+def test_bootstrap_means_follow_the_resampling_distribution(values: list[float]) -> None:
+    """Either way of resampling gives means centred on the sample mean with the spread of
+    a mean of n draws with replacement: population std / sqrt(n)."""
+    data = np.asarray(values)
+    means = bootstrap_means(data, 20_000, np.random.default_rng(3))
+    assert means.shape == (20_000,)
+    assert means.mean() == pytest.approx(data.mean(), abs=0.002)
+    assert means.std() == pytest.approx(data.std() / np.sqrt(data.size), rel=0.03)
