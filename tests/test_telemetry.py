@@ -24,6 +24,8 @@ from schemas.outputs import (
 )
 from worker.config import GateConfig
 from worker.ops.telemetry import BucketHistogram, LabelGuard, Telemetry, segment_label_names
+from worker.otlp.mapping import METRICS as OTLP_METRICS
+from worker.otlp.sink import DROP_REASONS
 
 TS = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 SAFETY_GATE = GateConfig(
@@ -481,3 +483,35 @@ def test_metrics_endpoint_serves_the_registry_over_http() -> None:
     names = {s.name for f in text_string_to_metric_families(body) for s in f.samples}
     assert "scorestream_dead_letters_total" in names
     assert 'scorestream_dead_letters_total{reason="oversized"} 1.0' in body
+
+
+def test_the_configured_sinks_and_sources_add_their_counters() -> None:
+    telemetry = Telemetry()
+    before = families(telemetry)
+    assert not {name for name in before if "evaluation_records" in name or "otlp" in name}
+    telemetry.add_evaluation_records(DROP_REASONS)
+    telemetry.add_evaluation_records(DROP_REASONS)  # once
+    counters = telemetry.add_source(OTLP_METRICS)
+    assert telemetry.add_source(OTLP_METRICS) is counters
+    telemetry.record_evaluations_sent("kafka", 3)
+    telemetry.record_evaluations_dropped("refused", 2)
+    counters.items.labels("mapped").inc(4)
+    found = families(telemetry)
+    for name, label in [
+        ("scorestream_evaluation_records", "destination"),
+        ("scorestream_evaluation_records_dropped", "reason"),
+        ("scorestream_otlp_spans", "outcome"),
+        ("scorestream_otlp_unmapped_spans", "reason"),
+    ]:
+        assert found[name].type == "counter", name
+        assert {tuple(s.labels) for s in found[name].samples} == {(label,)}, name
+    assert value_of(telemetry, "scorestream_evaluation_records_total", destination="kafka") == 3
+    for reason in DROP_REASONS:  # exported at 0 from the start
+        expected = 2 if reason == "refused" else 0
+        assert (
+            value_of(telemetry, "scorestream_evaluation_records_dropped_total", reason=reason)
+            == expected
+        )
+    assert value_of(telemetry, "scorestream_otlp_spans_total", outcome="mapped") == 4
+    assert value_of(telemetry, "scorestream_otlp_spans_total", outcome="duplicate") == 0
+    assert value_of(telemetry, "scorestream_otlp_unmapped_spans_total", reason="no_content") == 0

@@ -18,6 +18,7 @@ import threading
 import time
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from functools import partial
 from itertools import accumulate
 from typing import Any, get_args
@@ -36,6 +37,7 @@ from schemas.outputs import Aggregate, GateEvent, Label
 from worker.config import GateConfig, Settings
 from worker.input.rejections import REASONS
 from worker.input.result_facts import ResultView
+from worker.input.sources import SourceMetrics
 from worker.input.unknown_fields import DETAIL_KEY as UNKNOWN_FIELDS_DETAIL
 from worker.ops.health import DEFAULT_METRICS_HOST, MetricsServer, endpoints_app
 from worker.suites import registry
@@ -188,8 +190,20 @@ def segment_label_names(segment_by: Sequence[str]) -> list[str]:
     return names
 
 
+@dataclass(frozen=True)
+class SourceCounters:
+    """A source's two counters (`Telemetry.add_source`)."""
+
+    items: Counter
+    skipped: Counter
+
+
 class Telemetry:
-    """Every scorestream metric, on its own `CollectorRegistry`."""
+    """Every scorestream metric, on its own `CollectorRegistry`: declared here, names and
+    help included. Two kinds are created only when configured: the evaluation sink's
+    (`add_evaluation_records`) and each source's two counters (`add_source`), which the
+    source names in its `SourceMetrics` (the source seam: a new source brings its own;
+    OTLP's are `worker.otlp.mapping.METRICS`)."""
 
     def __init__(
         self,
@@ -350,6 +364,9 @@ class Telemetry:
             "Payload fields no scorer reads (misspelt or unsupported), by suite.",
             ["suite"],
         )
+        self._sources: dict[str, SourceCounters] = {}
+        self.evaluation_records: Counter | None = None
+        self.evaluation_records_dropped: Counter | None = None
         self._start_at_zero()
 
     def _start_at_zero(self) -> None:
@@ -456,6 +473,55 @@ class Telemetry:
                 names.append(self.guard(label, value))
             child = self._children[key] = family.labels(*names)
         return child
+
+    def add_source(self, metrics: SourceMetrics) -> SourceCounters:
+        """The two counters of a source (its items by outcome, its skipped items by
+        reason), every label value it declares exported at 0; created once per name."""
+        counters = self._sources.get(metrics.items)
+        if counters is None:
+            counters = SourceCounters(
+                Counter(metrics.items, metrics.items_help, ["outcome"], registry=self.registry),
+                Counter(metrics.skipped, metrics.skipped_help, ["reason"], registry=self.registry),
+            )
+            for outcome in metrics.outcomes:
+                counters.items.labels(outcome)
+            for reason in metrics.reasons:
+                counters.skipped.labels(reason)
+            self._sources[metrics.items] = counters
+        return counters
+
+    def add_evaluation_records(self, drop_reasons: Iterable[str]) -> None:
+        """The evaluation sink's counters (with `evaluations` configured), every drop
+        reason exported at 0."""
+        if self.evaluation_records is not None:
+            return
+        self.evaluation_records = Counter(
+            "scorestream_evaluation_records_total",
+            "gen_ai.evaluation.result log records sent, by destination (otlp_http, kafka).",
+            ["destination"],
+            registry=self.registry,
+        )
+        self.evaluation_records_dropped = Counter(
+            "scorestream_evaluation_records_dropped_total",
+            "gen_ai.evaluation.result log records dropped: queue_full, refused (a 4xx "
+            "answer), gave_up (evaluations.max_attempts failed).",
+            ["reason"],
+            registry=self.registry,
+        )
+        for reason in drop_reasons:
+            self.evaluation_records_dropped.labels(reason)
+
+    def record_evaluations_sent(self, destination: str, count: int) -> None:
+        """Count evaluation log records sent to `destination` (`add_evaluation_records`
+        first)."""
+        if self.evaluation_records is not None:
+            self.evaluation_records.labels(destination).inc(count)
+
+    def record_evaluations_dropped(self, reason: str, count: int) -> None:
+        """Count evaluation log records dropped for `reason` (`add_evaluation_records`
+        first)."""
+        if self.evaluation_records_dropped is not None:
+            self.evaluation_records_dropped.labels(reason).inc(count)
 
     def record_dead_letter(self, reason: str) -> None:
         self.dead_letters.labels(self.guard("reason", reason)).inc()
@@ -663,6 +729,7 @@ __all__ = [
     "BucketHistogram",
     "HistogramSeries",
     "LabelGuard",
+    "SourceCounters",
     "Telemetry",
     "scorestream_version",
     "segment_label_names",
