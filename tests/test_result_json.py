@@ -1,18 +1,31 @@
-"""A scoring child writes each case's result with orjson (`case_result_json`), without
-building a `CaseResult`: the bytes must be the ones the validated model serializes to,
-and a scorer's output the schema refuses must still be refused."""
+"""`CaseResult` (pydantic, `schemas/outputs.py`, built by `build_result`) owns a result's
+JSON; the other paths are held to it here, for arbitrary results. A scoring child writes
+each case's result with orjson (`case_result_json`), without building a `CaseResult`: the
+bytes must be the ones the validated model serializes to, and a scorer's output the
+schema refuses must still be refused. The event loop reads a few fields of those bytes
+with orjson (`result_facts`): the same values as the model read from them. The window
+stage reads a result out of an already parsed aggregate input (`result_from_data`): the
+same model as `result_from_json` of its bytes, serializing to the same bytes."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
+import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schemas.outputs import Versions
-from worker.input.records import SourcePosition, build_result, case_result_json
+from schemas.outputs import CaseResult, Versions
+from worker.input.records import (
+    SourcePosition,
+    build_result,
+    case_result_json,
+    result_from_data,
+    result_from_json,
+)
+from worker.input.result_facts import SourceFacts, result_facts
 from worker.suites.base import Scored
 
 ZONES = st.sampled_from(
@@ -73,6 +86,46 @@ def result_fields(draw: st.DrawFn) -> dict[str, Any]:
 @given(result_fields())
 def test_the_bytes_are_the_validated_results(fields: dict[str, Any]) -> None:
     assert case_result_json(**fields) == build_result(**fields).model_dump_json().encode()
+
+
+FACTS = (
+    "id", "suite", "kind", "ts", "model", "labels", "scores", "label", "grade",
+    "details", "counts", "scored_at", "trace_id",
+)  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(result_fields())
+def test_the_facts_the_loop_reads_are_the_models(fields: dict[str, Any]) -> None:
+    value = case_result_json(**fields)
+    facts, model = result_facts(value), CaseResult.model_validate_json(value)
+    for name in FACTS:
+        assert getattr(facts, name) == getattr(model, name), name
+    assert facts.ts.utcoffset() == model.ts.utcoffset()
+    expected = None if model.source is None else SourceFacts(*model.source.model_dump().values())
+    assert facts.source == expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(result_fields())
+def test_a_result_read_from_parsed_json_is_the_one_read_from_its_bytes(
+    fields: dict[str, Any],
+) -> None:
+    value = case_result_json(**fields)
+    result = result_from_data(orjson.loads(value))
+    assert result == result_from_json(value)
+    assert result.model_dump_json().encode() == value
+
+
+def test_a_result_that_no_longer_validates_is_read_alike_from_bytes_and_parsed_json() -> None:
+    value = case_result_json(**a_result())
+    data = orjson.loads(value)
+    data["suite"] = "retired"  # not a suite any more: read without validating
+    stale = orjson.dumps(data)
+    from_bytes, from_data = result_from_json(stale), result_from_data(orjson.loads(stale))
+    assert from_bytes.suite == from_data.suite == "retired"
+    assert from_bytes.model_dump() == from_data.model_dump()
+    assert from_data.ts == datetime(2026, 11, 26, 12, 0, tzinfo=UTC)
 
 
 def a_result(**scored: Any) -> dict[str, Any]:

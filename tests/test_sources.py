@@ -10,11 +10,11 @@ from types import SimpleNamespace
 from typing import Any
 
 import orjson
-from prometheus_client import CollectorRegistry
 
 from tests.otlp_spans import SpanMaker, otlp_proto
 from worker.input.records import Rejected
 from worker.input.sources import Skipped, Source, SourceMetrics, SourceOutput, SourceRecord
+from worker.ops.telemetry import Telemetry
 from worker.otlp.mapping import OtlpSource
 from worker.otlp.settings import OtlpSourceSettings
 from worker.stream.sources import SourceStage
@@ -72,10 +72,11 @@ class Publisher:
 
 def test_the_source_stage_takes_any_source_to_the_input_topic() -> None:
     publisher = Publisher()
-    registry = CollectorRegistry()
+    telemetry = Telemetry()
+    registry = telemetry.registry
     context = SimpleNamespace(
         publisher=publisher,
-        telemetry=SimpleNamespace(registry=registry),
+        telemetry=telemetry,
         now=lambda: datetime(2026, 1, 1, tzinfo=UTC),
     )
     stage = SourceStage(context, FakeSource())  # type: ignore[arg-type]

@@ -6,6 +6,9 @@ import urllib.request
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
@@ -20,7 +23,9 @@ from schemas.outputs import (
     WindowSpan,
 )
 from worker.config import GateConfig
-from worker.ops.telemetry import LabelGuard, Telemetry, observe_all, segment_label_names
+from worker.ops.telemetry import BucketHistogram, LabelGuard, Telemetry, segment_label_names
+from worker.otlp.mapping import METRICS as OTLP_METRICS
+from worker.otlp.sink import DROP_REASONS
 
 TS = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 SAFETY_GATE = GateConfig(
@@ -203,28 +208,103 @@ def test_score_histogram_has_tenth_buckets_and_skips_null_scores() -> None:
     assert {s.labels["metric"] for s in samples(telemetry, "scorestream_score_count")} == {"CR"}
 
 
-def test_observing_many_values_at_once_equals_observing_each() -> None:
+def exposed(registry: CollectorRegistry) -> list[str]:
+    return [
+        line for line in generate_latest(registry).decode().splitlines() if "_created" not in line
+    ]
+
+
+def test_a_bucket_histogram_exports_its_buckets_sum_and_count() -> None:
     # Values on and beside every bucket bound, below the first and above the last.
     values = [-1.0, 0.0, 0.1, 0.1000001, 0.15, 0.2, 0.5, 0.99, 1.0, 1.5, 7.0, 0.3, 0.3]
-    rendered = []
-    for many in (False, True):
-        registry = CollectorRegistry()
-        family = Histogram("h", "h", ["suite"], buckets=(0.1, 0.2, 0.3, 1.0), registry=registry)
-        series = family.labels("safe")
-        if many:
-            observe_all(series, values)
-        else:
-            for value in values:
-                series.observe(value)
-        rendered.append(
-            [
-                line
-                for line in generate_latest(registry).decode().splitlines()
-                if "_created" not in line
-            ]
+    registry = CollectorRegistry(auto_describe=True)
+    family = BucketHistogram("h", "A help.", ["suite"], (0.1, 0.2, 0.3, 1.0), registry)
+    family.labels("safe").observe_all(values[:5])
+    family.labels("safe").observe_all([])
+    for value in values[5:]:
+        family.labels("safe").observe(value)
+    *lines, total = exposed(registry)
+    assert lines == [
+        "# HELP h A help.",
+        "# TYPE h histogram",
+        'h_bucket{le="0.1",suite="safe"} 3.0',
+        'h_bucket{le="0.2",suite="safe"} 6.0',
+        'h_bucket{le="0.3",suite="safe"} 8.0',
+        'h_bucket{le="1.0",suite="safe"} 11.0',
+        'h_bucket{le="+Inf",suite="safe"} 13.0',
+        'h_count{suite="safe"} 13.0',
+    ]
+    assert total.startswith('h_sum{suite="safe"} ')
+    assert float(total.split()[-1]) == pytest.approx(sum(values))
+    [created] = [s for s in registry.collect() for s in s.samples if s.name == "h_created"]
+    assert created.labels == {"suite": "safe"} and created.value > 0
+
+
+FINITE = st.floats(min_value=-1e6, max_value=1e6, allow_nan=False)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.sampled_from([0.001, 0.1, 0.25, 1.0, 5.0, 30.0]), min_size=1, unique=True),
+    st.lists(st.tuples(st.sampled_from(["a", "b"]), st.lists(FINITE, max_size=6)), max_size=6),
+)
+def test_a_bucket_histogram_is_exported_as_prometheus_client_histogram(
+    bounds: list[float], batches: list[tuple[str, list[float]]]
+) -> None:
+    """The exposition, sample for sample, of a `Histogram` that observed the same values
+    one by one (names, labels, bucket bounds, order; the sums up to rounding)."""
+    ours, theirs = CollectorRegistry(auto_describe=True), CollectorRegistry()
+    bucketed = BucketHistogram("h_seconds", "Help.", ["suite"], sorted(bounds), ours)
+    reference = Histogram("h_seconds", "Help.", ["suite"], buckets=sorted(bounds), registry=theirs)
+    for suite, values in batches:
+        bucketed.labels(suite).observe_all(values)
+        series = reference.labels(suite)  # a series exists once named, as ours
+        for value in values:
+            series.observe(value)
+
+    def parsed(registry: CollectorRegistry) -> list[tuple[str, dict[str, str], float]]:
+        [family] = text_string_to_metric_families("\n".join(exposed(registry)) + "\n")
+        assert (family.name, family.type, family.documentation) == (
+            "h_seconds",
+            "histogram",
+            "Help.",
         )
-    assert rendered[0] == rendered[1]
-    assert 'h_bucket{le="0.1",suite="safe"} 3.0' in rendered[1]
+        return [(s.name, s.labels, s.value) for s in family.samples]
+
+    mine, reference_samples = parsed(ours), parsed(theirs)
+    assert [(name, labels) for name, labels, _ in mine] == [
+        (name, labels) for name, labels, _ in reference_samples
+    ]
+    for (name, _, value), (_, _, expected) in zip(mine, reference_samples, strict=True):
+        assert value == pytest.approx(expected, rel=1e-9, abs=1e-6), name
+    created = [s.name for f in ours.collect() for s in f.samples if s.name.endswith("_created")]
+    assert created == [
+        s.name for f in theirs.collect() for s in f.samples if s.name.endswith("_created")
+    ]
+
+
+def test_the_batch_histograms_export_what_their_results_gave() -> None:
+    telemetry = Telemetry()
+    telemetry.record_results(
+        [
+            (result(scores={"CR": 0.75, "AH": None}), 0.02, 1.5),
+            (result(scores={"CR": 0.05}), 0.003, 400.0),
+        ]
+    )
+    cr = {"suite": "safe", "metric": "CR"}
+    assert value_of(telemetry, "scorestream_score_count", **cr) == 2
+    assert value_of(telemetry, "scorestream_score_sum", **cr) == 0.8
+    assert value_of(telemetry, "scorestream_score_bucket", le="0.1", **cr) == 1
+    assert value_of(telemetry, "scorestream_score_bucket", le="0.7", **cr) == 1
+    assert value_of(telemetry, "scorestream_score_bucket", le="0.8", **cr) == 2
+    latency = "scorestream_end_to_end_latency_seconds"
+    assert value_of(telemetry, f"{latency}_bucket", le="300.0", suite="safe") == 1
+    assert value_of(telemetry, f"{latency}_bucket", le="+Inf", suite="safe") == 2
+    assert value_of(telemetry, f"{latency}_sum", suite="safe") == 401.5
+    duration = "scorestream_scoring_duration_seconds"
+    assert value_of(telemetry, f"{duration}_bucket", le="0.0025", suite="safe") == 0
+    assert value_of(telemetry, f"{duration}_bucket", le="0.005", suite="safe") == 1
+    assert value_of(telemetry, f"{duration}_count", suite="safe") == 2
 
 
 def test_results_recorded_together_count_as_recorded_one_by_one() -> None:
@@ -403,3 +483,35 @@ def test_metrics_endpoint_serves_the_registry_over_http() -> None:
     names = {s.name for f in text_string_to_metric_families(body) for s in f.samples}
     assert "scorestream_dead_letters_total" in names
     assert 'scorestream_dead_letters_total{reason="oversized"} 1.0' in body
+
+
+def test_the_configured_sinks_and_sources_add_their_counters() -> None:
+    telemetry = Telemetry()
+    before = families(telemetry)
+    assert not {name for name in before if "evaluation_records" in name or "otlp" in name}
+    telemetry.add_evaluation_records(DROP_REASONS)
+    telemetry.add_evaluation_records(DROP_REASONS)  # once
+    counters = telemetry.add_source(OTLP_METRICS)
+    assert telemetry.add_source(OTLP_METRICS) is counters
+    telemetry.record_evaluations_sent("kafka", 3)
+    telemetry.record_evaluations_dropped("refused", 2)
+    counters.items.labels("mapped").inc(4)
+    found = families(telemetry)
+    for name, label in [
+        ("scorestream_evaluation_records", "destination"),
+        ("scorestream_evaluation_records_dropped", "reason"),
+        ("scorestream_otlp_spans", "outcome"),
+        ("scorestream_otlp_unmapped_spans", "reason"),
+    ]:
+        assert found[name].type == "counter", name
+        assert {tuple(s.labels) for s in found[name].samples} == {(label,)}, name
+    assert value_of(telemetry, "scorestream_evaluation_records_total", destination="kafka") == 3
+    for reason in DROP_REASONS:  # exported at 0 from the start
+        expected = 2 if reason == "refused" else 0
+        assert (
+            value_of(telemetry, "scorestream_evaluation_records_dropped_total", reason=reason)
+            == expected
+        )
+    assert value_of(telemetry, "scorestream_otlp_spans_total", outcome="mapped") == 4
+    assert value_of(telemetry, "scorestream_otlp_spans_total", outcome="duplicate") == 0
+    assert value_of(telemetry, "scorestream_otlp_unmapped_spans_total", reason="no_content") == 0

@@ -92,7 +92,8 @@ class ResultFacts(NamedTuple):
 def result_facts(value: bytes) -> ResultFacts:
     """The facts of a result this worker built and serialized itself (`build_result`,
     in a scoring child; trusted, so not validated again): the same values as
-    `result_from_json(value)` has for these fields."""
+    `result_from_json(value)` has for these fields (`tests/test_result_json.py`, for
+    arbitrary results)."""
     data: dict[str, Any] = orjson.loads(value)
     source = data.get("source")
     return ResultFacts(

@@ -15,9 +15,12 @@ import math
 import platform
 import re
 import threading
+import time
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from functools import partial
+from itertools import accumulate
 from typing import Any, get_args
 
 from prometheus_client import (
@@ -27,11 +30,14 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
+from prometheus_client.core import HistogramMetricFamily, Metric
+from prometheus_client.utils import floatToGoString
 
 from schemas.outputs import Aggregate, GateEvent, Label
 from worker.config import GateConfig, Settings
 from worker.input.rejections import REASONS
 from worker.input.result_facts import ResultView
+from worker.input.sources import SourceMetrics
 from worker.input.unknown_fields import DETAIL_KEY as UNKNOWN_FIELDS_DETAIL
 from worker.ops.health import DEFAULT_METRICS_HOST, MetricsServer, endpoints_app
 from worker.suites import registry
@@ -55,20 +61,95 @@ _FIXED_LABELS = frozenset({"suite", "metric", "stat", "window", "gate", "le", "q
 _INVALID_LABEL_CHARS = re.compile(r"[^a-zA-Z0-9_]")
 
 
-def observe_all(histogram: Any, values: Sequence[float]) -> None:
-    """`histogram.observe(value)` for every value (finite ones), locking each bucket once.
+class HistogramSeries:
+    """One labelled series of a `BucketHistogram`: its own bucket counts, sum and creation
+    time. A value is counted in the first bucket whose upper bound it does not exceed
+    (prometheus_client's `Histogram.observe`); `observe_all` counts many under one lock
+    (a micro-batch of extraction results made 17 observations a case, each two locks)."""
 
-    Reaches into prometheus_client's `Histogram` child as its `observe` does: a value is
-    counted in the first bucket whose upper bound it does not exceed, and in the sum
-    (`tests/test_telemetry.py` checks the exposition against `observe`)."""
-    bounds = histogram._upper_bounds
-    per_bucket: dict[int, int] = {}
-    for value in values:
-        index = bisect_left(bounds, value)
-        per_bucket[index] = per_bucket.get(index, 0) + 1
-    histogram._sum.inc(sum(values))
-    for index, count in per_bucket.items():
-        histogram._buckets[index].inc(count)
+    __slots__ = ("_bounds", "_counts", "_created", "_lock", "_sum")
+
+    def __init__(self, bounds: Sequence[float]) -> None:
+        self._bounds = bounds
+        self._counts = [0] * len(bounds)
+        self._sum = 0.0
+        self._created = time.time()
+        self._lock = threading.Lock()
+
+    def observe(self, value: float) -> None:
+        self.observe_all((value,))
+
+    def observe_all(self, values: Sequence[float]) -> None:
+        bounds, counts = self._bounds, self._counts
+        total = sum(values)
+        with self._lock:
+            for value in values:
+                counts[bisect_left(bounds, value)] += 1
+            self._sum += total
+
+    def snapshot(self) -> tuple[list[float], float, float]:
+        """Cumulative bucket counts (the last is the count), the sum, the creation time."""
+        with self._lock:
+            counts, total = list(self._counts), self._sum
+        return [float(count) for count in accumulate(counts)], total, self._created
+
+
+class BucketHistogram:
+    """A labelled Prometheus histogram whose counts this module keeps itself
+    (`HistogramSeries`) and exports through the public custom-collector API
+    (`HistogramMetricFamily`), so that many values can be counted at once without
+    prometheus_client's private attributes. Its exposition is `Histogram`'s, sample for
+    sample: buckets, `_count`, `_sum`, `_created` per series, in the order the series were
+    created (`tests/test_telemetry.py` compares the two). The `_created` samples are always
+    exported (`disable_created_metrics()` does not reach them; the worker never calls it)."""
+
+    def __init__(
+        self,
+        name: str,
+        documentation: str,
+        labelnames: Sequence[str],
+        buckets: Sequence[float],
+        registry: CollectorRegistry,
+    ) -> None:
+        self.name = name
+        self.documentation = documentation
+        self.labelnames = tuple(labelnames)
+        bounds = [float(bound) for bound in buckets]
+        if bounds != sorted(bounds):
+            raise ValueError("buckets not in sorted order")
+        if not bounds or bounds[-1] != math.inf:
+            bounds.append(math.inf)
+        self.bounds = tuple(bounds)
+        self._le = [floatToGoString(bound) for bound in bounds]
+        self._series: dict[tuple[str, ...], HistogramSeries] = {}
+        self._lock = threading.Lock()
+        registry.register(self)
+
+    def labels(self, *values: str) -> HistogramSeries:
+        """The series of these label values (created empty on first use)."""
+        if len(values) != len(self.labelnames):
+            raise ValueError(f"{self.name} takes labels {self.labelnames}, got {values}")
+        key = tuple(str(value) for value in values)
+        series = self._series.get(key)
+        if series is None:
+            with self._lock:
+                series = self._series.setdefault(key, HistogramSeries(self.bounds))
+        return series
+
+    def describe(self) -> list[Metric]:
+        return [HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)]
+
+    def collect(self) -> list[Metric]:
+        family = HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
+        with self._lock:
+            every = list(self._series.items())
+        for values, series in every:
+            cumulative, total, created = series.snapshot()
+            family.add_metric(values, list(zip(self._le, cumulative, strict=True)), total)
+            family.add_sample(
+                self.name + "_created", dict(zip(self.labelnames, values, strict=True)), created
+            )
+        return [family]
 
 
 class LabelGuard:
@@ -109,8 +190,20 @@ def segment_label_names(segment_by: Sequence[str]) -> list[str]:
     return names
 
 
+@dataclass(frozen=True)
+class SourceCounters:
+    """A source's two counters (`Telemetry.add_source`)."""
+
+    items: Counter
+    skipped: Counter
+
+
 class Telemetry:
-    """Every scorestream metric, on its own `CollectorRegistry`."""
+    """Every scorestream metric, on its own `CollectorRegistry`: declared here, names and
+    help included. Two kinds are created only when configured: the evaluation sink's
+    (`add_evaluation_records`) and each source's two counters (`add_source`), which the
+    source names in its `SourceMetrics` (the source seam: a new source brings its own;
+    OTLP's are `worker.otlp.mapping.METRICS`)."""
 
     def __init__(
         self,
@@ -131,6 +224,8 @@ class Telemetry:
         counter = partial(Counter, registry=self.registry)
         gauge = partial(Gauge, registry=self.registry)
         histogram = partial(Histogram, registry=self.registry)
+        # The histograms observed a micro-batch at a time (`record_results`).
+        bucket_histogram = partial(BucketHistogram, registry=self.registry)
         self.cases = counter(
             "scorestream_cases_total",
             "Scored cases, turns and sessions by label (none: no label).",
@@ -141,19 +236,19 @@ class Telemetry:
             "Inputs sent to the dead-letter topic, by reason.",
             ["reason"],
         )
-        self.score = histogram(
+        self.score = bucket_histogram(
             "scorestream_score",
             "Per-case metric values.",
             ["suite", "metric"],
             buckets=SCORE_BUCKETS,
         )
-        self.scoring_duration = histogram(
+        self.scoring_duration = bucket_histogram(
             "scorestream_scoring_duration_seconds",
             "Time spent scoring one input.",
             ["suite"],
             buckets=SCORING_BUCKETS,
         )
-        self.end_to_end_latency = histogram(
+        self.end_to_end_latency = bucket_histogram(
             "scorestream_end_to_end_latency_seconds",
             "From the input's event time to its result being produced.",
             ["suite"],
@@ -269,6 +364,9 @@ class Telemetry:
             "Payload fields no scorer reads (misspelt or unsupported), by suite.",
             ["suite"],
         )
+        self._sources: dict[str, SourceCounters] = {}
+        self.evaluation_records: Counter | None = None
+        self.evaluation_records_dropped: Counter | None = None
         self._start_at_zero()
 
     def _start_at_zero(self) -> None:
@@ -353,7 +451,7 @@ class Telemetry:
         for series, count in counts.items():
             series.inc(count)
         for series, observations in values.items():
-            observe_all(series, observations)
+            series.observe_all(observations)
 
     def record_turn_coverage(self, suite: str, language: Any, coverage: str) -> None:
         """Count a turn by its language, and as uncovered when it was judged by the
@@ -375,6 +473,55 @@ class Telemetry:
                 names.append(self.guard(label, value))
             child = self._children[key] = family.labels(*names)
         return child
+
+    def add_source(self, metrics: SourceMetrics) -> SourceCounters:
+        """The two counters of a source (its items by outcome, its skipped items by
+        reason), every label value it declares exported at 0; created once per name."""
+        counters = self._sources.get(metrics.items)
+        if counters is None:
+            counters = SourceCounters(
+                Counter(metrics.items, metrics.items_help, ["outcome"], registry=self.registry),
+                Counter(metrics.skipped, metrics.skipped_help, ["reason"], registry=self.registry),
+            )
+            for outcome in metrics.outcomes:
+                counters.items.labels(outcome)
+            for reason in metrics.reasons:
+                counters.skipped.labels(reason)
+            self._sources[metrics.items] = counters
+        return counters
+
+    def add_evaluation_records(self, drop_reasons: Iterable[str]) -> None:
+        """The evaluation sink's counters (with `evaluations` configured), every drop
+        reason exported at 0."""
+        if self.evaluation_records is not None:
+            return
+        self.evaluation_records = Counter(
+            "scorestream_evaluation_records_total",
+            "gen_ai.evaluation.result log records sent, by destination (otlp_http, kafka).",
+            ["destination"],
+            registry=self.registry,
+        )
+        self.evaluation_records_dropped = Counter(
+            "scorestream_evaluation_records_dropped_total",
+            "gen_ai.evaluation.result log records dropped: queue_full, refused (a 4xx "
+            "answer), gave_up (evaluations.max_attempts failed).",
+            ["reason"],
+            registry=self.registry,
+        )
+        for reason in drop_reasons:
+            self.evaluation_records_dropped.labels(reason)
+
+    def record_evaluations_sent(self, destination: str, count: int) -> None:
+        """Count evaluation log records sent to `destination` (`add_evaluation_records`
+        first)."""
+        if self.evaluation_records is not None:
+            self.evaluation_records.labels(destination).inc(count)
+
+    def record_evaluations_dropped(self, reason: str, count: int) -> None:
+        """Count evaluation log records dropped for `reason` (`add_evaluation_records`
+        first)."""
+        if self.evaluation_records_dropped is not None:
+            self.evaluation_records_dropped.labels(reason).inc(count)
 
     def record_dead_letter(self, reason: str) -> None:
         self.dead_letters.labels(self.guard("reason", reason)).inc()
@@ -578,4 +725,12 @@ def _label_sets(gauge: Gauge) -> list[tuple[str, ...]]:
     ]
 
 
-__all__ = ["LabelGuard", "Telemetry", "scorestream_version", "segment_label_names"]
+__all__ = [
+    "BucketHistogram",
+    "HistogramSeries",
+    "LabelGuard",
+    "SourceCounters",
+    "Telemetry",
+    "scorestream_version",
+    "segment_label_names",
+]

@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import Any
 
 import faust
-from prometheus_client import Counter
 
 from topics.provision import bootstrap_servers
 from worker.config import Settings
@@ -212,21 +211,7 @@ class ScorestreamApp:
         sink_settings = self.settings.evaluations
         if sink_settings is None:
             return None
-        sent = Counter(
-            "scorestream_evaluation_records_total",
-            "gen_ai.evaluation.result log records sent, by destination (otlp_http, kafka).",
-            ["destination"],
-            registry=self.telemetry.registry,
-        )
-        dropped = Counter(
-            "scorestream_evaluation_records_dropped_total",
-            "gen_ai.evaluation.result log records dropped: queue_full, refused (a 4xx "
-            "answer), gave_up (evaluations.max_attempts failed).",
-            ["reason"],
-            registry=self.telemetry.registry,
-        )
-        for reason in DROP_REASONS:
-            dropped.labels(reason)
+        self.telemetry.add_evaluation_records(DROP_REASONS)
         produce = None
         if sink_settings.topic is not None:
             topic = self.app.topic(sink_settings.topic, **RAW)
@@ -239,8 +224,8 @@ class ScorestreamApp:
             sink_settings,
             scorestream_version(),
             produce=produce,
-            on_sent=lambda destination, count: sent.labels(destination).inc(count),
-            on_dropped=lambda reason, count: dropped.labels(reason).inc(count),
+            on_sent=self.telemetry.record_evaluations_sent,
+            on_dropped=self.telemetry.record_evaluations_dropped,
         )
         self.publisher.evaluations = sink
         self.app.timer(sink_settings.flush_interval)(self._flush_evaluations)

@@ -17,7 +17,6 @@ from collections.abc import Callable
 from typing import Any
 
 from faust.types import EventT
-from prometheus_client import Counter
 
 from worker.config import Settings
 from worker.input import records as input_records
@@ -51,14 +50,8 @@ class SourceStage:
         self.context = context
         self.source = source
         self.publisher = context.publisher
-        registry = context.telemetry.registry
-        metrics = source.metrics
-        self.items = Counter(metrics.items, metrics.items_help, ["outcome"], registry=registry)
-        self.skipped = Counter(metrics.skipped, metrics.skipped_help, ["reason"], registry=registry)
-        for outcome in metrics.outcomes:
-            self.items.labels(outcome)
-        for reason in metrics.reasons:
-            self.skipped.labels(reason)
+        counters = context.telemetry.add_source(source.metrics)
+        self.items, self.skipped = counters.items, counters.skipped
         self._logged_at: dict[str, float] = {}
 
     async def agent(self, stream: Any) -> None:  # faust.Stream: take_events

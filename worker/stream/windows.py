@@ -23,10 +23,10 @@ from typing import Any
 import orjson
 from faust.types import EventT
 
-from schemas.envelope import parse_event_time
-from schemas.outputs import Aggregate, CaseResult, RecordSource
+from schemas.outputs import Aggregate
 from worker import aggregation
 from worker.gates.evaluator import GateEvaluator, applies_to, gate_key, gated_metrics
+from worker.input.records import result_from_data
 from worker.stream.context import StreamContext, event_context, gate_windows, run_to_completion
 from worker.stream.faust_patches.prompt_batches import take_batches
 from worker.stream.publish import MARKER_KEY, markers_of
@@ -162,7 +162,7 @@ class WindowStage:
         for index, item in enumerate(data.get("results") or [data["result"]], 1):
             if index % YIELD_EVERY == 0:  # a long record: let the score stage in meanwhile
                 await asyncio.sleep(0)
-            result = _result_of(item)
+            result = result_from_data(item)
             admission = self.store.add(partition, result, data["segment"])
             if admission.late and data["segment"] == {}:  # once per result, not per segment
                 self.context.telemetry.record_late(result.suite)
@@ -299,19 +299,6 @@ class WindowStage:
         for key, (gate, segment, firing, value, start) in owned.items():
             telemetry.set_gate(gate, segment, firing, value, start)
             self.gauges[key] = (gate, segment)
-
-
-def _result_of(data: dict[str, Any]) -> CaseResult:
-    """A result read back for aggregation, without re-validating this worker's own output
-    (`source` is where its input record was read: the window store's dedupe key)."""
-    source = data.get("source")
-    return CaseResult.model_construct(
-        **{
-            **data,
-            "ts": parse_event_time(data["ts"]),
-            "source": None if source is None else RecordSource.model_construct(**source),
-        }
-    )
 
 
 __all__ = ["WindowStage", "gate_windows"]
