@@ -19,6 +19,10 @@ measured right before and right after the worker and averaged (the machine is sh
   the same scoring functions and no Faust (target: at least 0.3x of it; the windows
   must count cases at 0.5x of its rate or more).
 
+- alignment-sampled: the same kind of alignment turns with every turn sampled out of
+  embedding (the session stage's `max_lag` set to 0 for this row): how fast a worker that
+  is behind catches up, scored for safety alone; baseline: the safe row of the same round,
+  the worker's SAFE results/s (target: at least 0.5x, issue 45).
 - otlp: the same kind of alignment turns written as GenAI chat spans, 50 to a message as
   the Collector's Kafka exporter batches them (`produce --as-otlp`), to the worker's
   `sources.otlp` topic; baseline: the alignment row of the same round, the envelope path
@@ -38,6 +42,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import dataclasses
 import logging
 import math
 import os
@@ -46,7 +52,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -74,7 +80,13 @@ from worker.suites.alignment.safety_classifier import distinct_sentences  # noqa
 from worker.suites.alignment.scoring import classifier_from_settings  # noqa: E402
 
 EXAMPLES = REPO / "examples"
-TARGETS = {"safe": 0.3, "extraction": 0.3, "alignment": 0.9, "otlp": 0.8}
+TARGETS = {
+    "safe": 0.3,
+    "extraction": 0.3,
+    "alignment": 0.9,
+    "alignment-sampled": 0.5,
+    "otlp": 0.8,
+}
 OTLP_TOPIC = "bench-otlp-spans"
 SPANS_PER_MESSAGE = 50
 CLASSIFIER_SHARE_TARGET = 0.08  # of the worker's time per alignment turn
@@ -263,7 +275,11 @@ async def fresh_consumer(bootstrap: str, topic: str, **options: Any) -> AIOKafka
 
 
 async def worker_run(
-    scorer: ScorestreamApp, bootstrap: str, suite: str, records: list[tuple[str, bytes]]
+    scorer: ScorestreamApp,
+    bootstrap: str,
+    suite: str,
+    records: list[tuple[str, bytes]],
+    aggregated_timeout: float = 60,
 ) -> Run:
     """Results of `records` from the worker, then wait until its windows counted them all
     (so the next suite does not share the CPU with this one's aggregation backlog)."""
@@ -288,12 +304,25 @@ async def worker_run(
         expected = len(records)
         if suite == "alignment":
             expected = len({orjson.loads(value)["payload"]["session_id"] for _, value in records})
-        run.aggregated = await aggregated(aggregates, suite, expected, timeout=60)
+        run.aggregated = await aggregated(aggregates, suite, expected, aggregated_timeout)
         run.cpu_seconds = time.process_time() - cpu_before
     finally:
         await consumer.stop()
         await aggregates.stop()
     return run
+
+
+@contextlib.contextmanager
+def embedding_sampled_out(scorer: ScorestreamApp) -> Iterator[None]:
+    """Every turn scored without its vector while inside: the session stage's `max_lag`
+    at 0, as for a worker far behind."""
+    stage = scorer.session_stage
+    timing = stage.timing
+    stage.timing = dataclasses.replace(timing, max_lag=0.0)
+    try:
+        yield
+    finally:
+        stage.timing = timing
 
 
 async def otlp_run(scorer: ScorestreamApp, bootstrap: str, records: list[tuple[str, bytes]]) -> Run:
@@ -771,6 +800,7 @@ async def main(args: argparse.Namespace) -> int:
         "safe": args.n_safe,
         "extraction": args.n_extraction,
         "alignment": args.n_alignment,
+        "alignment-sampled": args.n_alignment_sampled,
         "otlp": args.n_alignment,
     }
     suites = [suite for suite in args.suites.split(",") if counts.get(suite, 0) > 0]
@@ -852,6 +882,21 @@ async def measure(
             rate = envelope_rows[0]["worker"].throughput
             rows.append(
                 {"suite": suite, "worker": run, "baseline": "envelope path (row above)"}
+                | {"baseline_rate": rate, "baseline_run": None}
+            )
+            continue
+        if suite == "alignment-sampled":
+            safe_rows = [row for row in rows if row["suite"] == "safe"]
+            if not safe_rows:
+                print("  alignment-sampled: skipped (its baseline is the safe row of the round)")
+                continue
+            print(f"  worker: alignment x {counts[suite]}, embedding sampled out ...", flush=True)
+            data = make_records("alignment", counts[suite], f"s{now:.3f}", now)
+            with embedding_sampled_out(scorer):
+                run = await worker_run(scorer, bootstrap, "alignment", data, 120)
+            rate = safe_rows[0]["worker"].throughput
+            rows.append(
+                {"suite": suite, "worker": run, "baseline": "SAFE results/s (safe row)"}
                 | {"baseline_rate": rate, "baseline_run": None}
             )
             continue
@@ -962,7 +1007,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--runs", type=int, default=3, help="rounds of every suite")
     parser.add_argument("--threads", type=int, help="encoder threads (default: all cores)")
     parser.add_argument("--n-alignment", type=int, default=500)
-    parser.add_argument("--suites", default="safe,extraction,alignment,otlp")
+    parser.add_argument(
+        "--n-alignment-sampled",
+        type=int,
+        default=3000,
+        help="alignment turns of the alignment-sampled row (every turn sampled out)",
+    )
+    parser.add_argument("--suites", default="safe,extraction,alignment,alignment-sampled,otlp")
     parser.add_argument(
         "--batch",
         type=int,
