@@ -112,11 +112,15 @@ class LanguageIdentifier:
     def turn_languages(self, sentences: Sequence[str], text: str = "") -> TurnLanguages:
         """The language of a turn of `sentences` (distinct, in order), and of each; `text`
         (the whole turn) is identified when no sentence is long enough on its own."""
-        letters = [letter_count(sentence) for sentence in sentences]
+        # letters are counted only up to the budget: no sentence past it is identified
+        letters: dict[int, int] = {}
         long_enough = []
         budget = MAX_IDENTIFIED_CHARS
         for index, sentence in enumerate(sentences):
-            if letters[index] >= MIN_LETTERS and budget > 0:
+            if budget <= 0:
+                break
+            letters[index] = letter_count(sentence)
+            if letters[index] >= MIN_LETTERS:
                 long_enough.append(index)
                 budget -= len(sentence)
         guesses = dict(
