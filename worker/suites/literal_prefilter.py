@@ -62,6 +62,7 @@ _MAX_LITERALS = 256  # a pattern with more possible beginnings is scanned as a w
 _MIN_REQUIRED = 3
 _MAX_CLASS = 4  # characters of a class read on through in a literal beginning
 _NO_STARTS = np.zeros(0, dtype=np.int64)
+_NO_MATCHES: Iterator[re.Match[str]] = iter(())  # exhausted, so shared by all that miss
 _MAX_ANCHORS = 1024  # a pattern with more anchors of `_MAX_WORDS` words has shorter ones
 _FEW_PLACES = 32  # a first word in no more places is not followed by its next words
 _LOOKUP_RATIO = 8  # values per mark above which the marks are looked up in the values
@@ -480,6 +481,23 @@ class LiteralPrefilter:
         self._characters = [
             (index, literal) for index, literal in enumerate(self._literals) if len(literal) == 1
         ]
+        # Which patterns a literal's presence can wake: an anchored pattern only matches
+        # where one of its anchors' first words is; one without anchors only where every
+        # required literal group has one present (or always, with none). Most texts hold
+        # few literals, so `candidates` looks at only the patterns they wake.
+        self._always: list[int] = []
+        woken: dict[int, set[int]] = {}
+        for index, by_first in enumerate(self._anchor_ids):
+            if by_first is not None:
+                firsts = list(by_first)
+            else:
+                firsts = [literal for needed in self._required_ids[index] for literal in needed]
+            if (by_first is None and not firsts) or _ANY_WORD_ID in firsts:
+                self._always.append(index)
+                continue
+            for first in firsts:
+                woken.setdefault(first, set()).add(index)
+        self._woken = {first: sorted(indexes) for first, indexes in woken.items()}
         self._automaton: Any = None
         if any(len(literal) > 1 for literal in self._literals):
             automaton = ahocorasick.Automaton(ahocorasick.STORE_INTS, ahocorasick.KEY_STRING)
@@ -491,47 +509,66 @@ class LiteralPrefilter:
 
     def finditer_all(self, text: str) -> list[Iterator[re.Match[str]]]:
         """For each pattern, in order, what `pattern.finditer(text)` yields."""
-        folded = fold(text) if self._literals else None
-        if folded is None:
-            return [pattern.finditer(text) for pattern in self.patterns]
-        places = _Places(folded, self._literal_starts(folded), self._lengths)
-        hits: list[Iterator[re.Match[str]]] = []
-        for index, pattern in enumerate(self.patterns):
-            anchors = self._anchor_ids[index]
-            if any(
-                not any(len(places.starts[literal]) for literal in needed)
-                for needed in self._required_ids[index]
-            ):
-                hits.append(iter(()))  # a literal every match needs is not in the text
-            elif anchors is None:
-                hits.append(pattern.finditer(text))
-            else:
-                candidates = places.anchored(anchors, self._word_start[index])
-                hits.append(_matches_at(pattern, text, candidates))
+        hits: list[Iterator[re.Match[str]]] = [_NO_MATCHES] * len(self.patterns)
+        for index, found in self.candidates(text):
+            hits[index] = found
         return hits
 
-    def _literal_starts(self, folded: str) -> list[np.ndarray]:
-        """For each literal, the sorted positions where it starts in `folded`. The
-        automaton's reports are collected and grouped with numpy, with no Python step per
-        report: a degenerate text has several reports at every word. One-character
-        literals ("i", ",") are not in the automaton: numpy finds them in one pass each."""
+    def candidates(self, text: str) -> list[tuple[int, Iterator[re.Match[str]]]]:
+        """(pattern index, what `pattern.finditer(text)` yields), in pattern order, for
+        the patterns that may match `text`; every other pattern has no match in it."""
+        folded = fold(text) if self._literals else None
+        if folded is None:
+            return [(index, pattern.finditer(text)) for index, pattern in enumerate(self.patterns)]
+        starts = self._literal_starts(folded)
+        woken = set(self._always)
+        for literal in starts:
+            woken.update(self._woken.get(literal, ()))
+        places = _Places(folded, starts, self._lengths)
+        hits: list[tuple[int, Iterator[re.Match[str]]]] = []
+        for index in sorted(woken):
+            pattern = self.patterns[index]
+            anchors = self._anchor_ids[index]
+            if any(
+                not any(literal in starts for literal in needed)
+                for needed in self._required_ids[index]
+            ):
+                continue  # a literal every match needs is not in the text
+            if anchors is None:
+                hits.append((index, pattern.finditer(text)))
+            else:
+                candidates = places.anchored(anchors, self._word_start[index])
+                hits.append((index, _matches_at(pattern, text, candidates)))
+        return hits
+
+    def _literal_starts(self, folded: str) -> dict[int, np.ndarray]:
+        """For each literal in `folded`, the sorted positions where it starts (literals
+        that are not in it have no entry). The automaton's reports are collected and
+        grouped with numpy, with no Python step per report (a degenerate text has several
+        reports at every word), only one per literal found. One-character literals ("i",
+        ",") are not in the automaton: numpy finds them in one pass each."""
         # (end index, literal number) pairs, flattened straight into an array: a list of
         # a hundred thousand tuples would cost as much again in allocation and GC
         automaton = self._automaton
         reports = chain.from_iterable(automaton.iter(folded)) if automaton is not None else ()
         flat = np.fromiter(reports, dtype=np.int64)
-        found = [_NO_STARTS] * len(self._literals)
+        found: dict[int, np.ndarray] = {}
         if flat.size:
             ids = flat[1::2]
-            starts = flat[0::2] - self._lengths[ids] + 1
             order = np.argsort(ids, kind="stable")  # by literal, each in text order
-            bounds = np.searchsorted(ids[order], np.arange(len(self._literals) + 1))
-            grouped = starts[order]
-            found = [grouped[bounds[i] : bounds[i + 1]] for i in range(len(self._literals))]
+            ids = ids[order]
+            grouped = (flat[0::2] - self._lengths[flat[1::2]] + 1)[order]
+            edges = np.flatnonzero(ids[1:] != ids[:-1]) + 1
+            firsts = np.concatenate(([0], edges)).tolist()
+            lasts = np.concatenate((edges, [len(ids)])).tolist()
+            for literal, first, last in zip(ids[firsts].tolist(), firsts, lasts, strict=True):
+                found[literal] = grouped[first:last]
         if self._characters:
             codes = code_points(folded)
             for index, char in self._characters:
-                found[index] = np.flatnonzero(codes == ord(char))
+                places = np.flatnonzero(codes == ord(char))
+                if len(places):
+                    found[index] = places
         return found
 
     def count_all(self, text: str) -> list[int]:
@@ -552,7 +589,7 @@ class _Places:
     """Where literals start in one folded text, and where anchors begin; an anchor's
     beginning shared by several patterns is found once."""
 
-    def __init__(self, folded: str, starts: list[np.ndarray], lengths: np.ndarray) -> None:
+    def __init__(self, folded: str, starts: dict[int, np.ndarray], lengths: np.ndarray) -> None:
         self.folded = folded
         self.starts = starts
         self.lengths = lengths
@@ -619,7 +656,7 @@ class _Places:
         costs less than following the next words)."""
         found = []
         for first, beginning_here in anchors.items():
-            if not len(self.starts[first]):
+            if first not in self.starts:
                 continue
             places = self._begins(word_start, (first,))[0]
             if len(places) <= _FEW_PLACES:
@@ -646,11 +683,11 @@ class _Places:
             return self._found[key]
         last = anchor[-1]
         if len(anchor) == 1:
-            places = self.starts[last]
+            places = self.starts.get(last, _NO_STARTS)
             if word_start:
                 places = _after_no_word_character(places, self.codes)
             ends = places + self.lengths[last]
-        elif last != _ANY_WORD_ID and not len(self.starts[last]):
+        elif last != _ANY_WORD_ID and last not in self.starts:
             places = ends = _NO_STARTS  # its last word is nowhere in the text
         else:
             places, next_starts = self._next_starts(word_start, anchor[:-1])

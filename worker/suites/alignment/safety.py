@@ -134,8 +134,9 @@ class SafetyPatterns:
         pattern only the first `MAX_MATCHES_PER_PATTERN` matches are looked at."""
         scope: NegationScope | None = None
         found: list[SafetyMatch] = []
-        hits_per_pattern = self._prefilter.finditer_all(text)
-        for p, hits in zip(self.patterns, hits_per_pattern, strict=True):
+        patterns = self.patterns
+        for index, hits in self._prefilter.candidates(text):
+            p = patterns[index]
             for hit in islice(hits, MAX_MATCHES_PER_PATTERN):
                 if hit.end() <= hit.start():
                     continue
