@@ -274,7 +274,7 @@ class CoreSettings(BaseSettings):
     dlq_max_raw_bytes: int = Field(default=64 * 1024, ge=1)
     aggregate_emit_interval: Duration = 1.0
     reservoir_size: int = Field(default=DEFAULT_RESERVOIR_SIZE, ge=2)
-    embedding_batch_size: int = Field(default=64, ge=1)
+    embedding_batch_size: int = Field(default=256, ge=1)
     embedding_batch_wait: Duration = 0.05
     stream: StreamSettings = Field(default_factory=StreamSettings)
     limits: LimitsSettings = Field(default_factory=LimitsSettings)

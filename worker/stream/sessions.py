@@ -99,8 +99,9 @@ class SessionStage:
             await run_to_completion(self.process_batch(list(events)))
 
     async def process_batch(self, events: list[EventT]) -> None:
-        """Embed and apply a micro-batch in order, in chunks: while one chunk's turns are
-        scored and published, the executor already encodes the next chunk. A turn more than
+        """Embed and apply a micro-batch in order, in chunks, pipelined: while the executor
+        encodes a chunk, the scoring children score the chunk before it, and this stage
+        applies and publishes the one before that. A turn more than
         the suite's `max_lag` (`alignment.embedding.max_lag`) behind is not embedded
         (`embedding_plan`): it is scored without its vector (safety alone), so safety keeps
         pace with any input rate. The batch is acknowledged only after this returns, so
@@ -145,27 +146,41 @@ class SessionStage:
             return _ChunkVectors(plan, future)
 
         pending = encode(chunks[0]) if chunks else None
+        previous: tuple[_Chunk, list[Any], asyncio.Future[list[Outcome]]] | None = None
         for position, chunk in enumerate(chunks):
             assert pending is not None
             vectors = await pending.vectors()
             pending = encode(chunks[position + 1]) if position + 1 < len(chunks) else None
-            scored = await self._score_turns(chunk, vectors)
-            cursor = 0
-            for event, data in chunk:
-                count = len(texts_of(data))
-                with event_context(event):
-                    try:
-                        markers = markers_of(data)
-                        if markers:
-                            await self.on_markers(event.message.partition, markers)
-                            continue
-                        span = slice(cursor, cursor + count)
-                        await self._apply(event, data, vectors[span], scored[span])
-                    except Exception:  # nothing one message does stops the stage
-                        log.exception("session stage: unexpected failure on a message")
-                    finally:
-                        cursor += count
+            # the children score this chunk while the chunk before is applied here
+            scoring = asyncio.ensure_future(self._score_turns(chunk, vectors))
+            if previous is not None:
+                await self._apply_chunk(*previous)
+            previous = (chunk, vectors, scoring)
+        if previous is not None:
+            await self._apply_chunk(*previous)
         await self.forward_progress()
+
+    async def _apply_chunk(
+        self, chunk: _Chunk, vectors: list[Any], scoring: asyncio.Future[list[Outcome]]
+    ) -> None:
+        """Apply a chunk's messages in order, once the children scored its turns."""
+        scored = await scoring
+        texts_of = self._texts_of
+        cursor = 0
+        for event, data in chunk:
+            count = len(texts_of(data))
+            with event_context(event):
+                try:
+                    markers = markers_of(data)
+                    if markers:
+                        await self.on_markers(event.message.partition, markers)
+                        continue
+                    span = slice(cursor, cursor + count)
+                    await self._apply(event, data, vectors[span], scored[span])
+                except Exception:  # nothing one message does stops the stage
+                    log.exception("session stage: unexpected failure on a message")
+                finally:
+                    cursor += count
 
     def _embed(self, texts: list[str]) -> Any:
         """Encode `texts` (in the executor) and keep the encoder's pace up to date."""
@@ -478,14 +493,17 @@ def _turn_score(outcome: Outcome) -> Any:
     return outcome.scored
 
 
+_Chunk = list[tuple[EventT, dict[str, Any]]]  # consecutive messages of a micro-batch
+
+
 def _chunks_by_texts(
-    items: list[tuple[EventT, dict[str, Any]]],
+    items: _Chunk,
     size: int,
     texts_of: Callable[[dict[str, Any]], list[str]],
-) -> list[list[tuple[EventT, dict[str, Any]]]]:
+) -> list[_Chunk]:
     """Consecutive runs of messages holding about `size` texts each, order kept."""
-    chunks: list[list[tuple[EventT, dict[str, Any]]]] = []
-    current: list[tuple[EventT, dict[str, Any]]] = []
+    chunks: list[_Chunk] = []
+    current: _Chunk = []
     texts = 0
     for item in items:
         current.append(item)
