@@ -14,9 +14,12 @@ from worker.suites.base import CaseScorer, Scored
 
 
 def echo_scorer(settings: Any) -> CaseScorer:
-    """A test suite's scorer: spins on "spin", dies on "die", fails on "bug"."""
+    """A test suite's scorer: spins on "spin", dies on "die", fails on "bug", tells its
+    process on "pid"."""
 
     def score(payload: str) -> Scored:
+        if payload == "pid":
+            return Scored(scores={"pid": float(os.getpid())})
         if payload == "die":
             os._exit(9)
         if payload == "bug":
@@ -80,3 +83,44 @@ def test_many_cases_go_in_chunks_and_keep_their_order(pool: ScoringPool) -> None
     assert [o.scored.scores["length"] for o in outcomes if o.scored] == [
         float(len(p)) for p in payloads
     ]
+
+
+GROUP_SIGTERM_SCRIPT = """
+import os, signal, time
+from tests.streamkit import make_config, settings_of
+from tests.test_scoring_pool import echo_scorer
+from worker.scoring_pool import ScoringPool
+
+pool = ScoringPool(settings_of(make_config()), {"echo": echo_scorer}, processes=1)
+pool.start()
+(before,) = pool.score_blocking([("echo", "pid", 3)])
+stops = []
+signal.signal(signal.SIGTERM, lambda *_: stops.append(1))  # the worker's own handling
+os.killpg(os.getpgrp(), signal.SIGTERM)  # e.g. a supervisor stopping the whole group
+time.sleep(0.5)
+(after,) = pool.score_blocking([("echo", "pid", 3)])
+print(len(stops), after.reason, before.scored.scores["pid"] == after.scored.scores["pid"])
+pool.close()
+"""
+
+
+def test_a_sigterm_to_the_workers_process_group_leaves_its_children_scoring() -> None:
+    """The worker handles SIGTERM (it finishes its batches in hand with its children); a
+    signal sent to its whole process group must not kill the children under them: the
+    same child scores before and after it."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run(
+        [sys.executable, "-c", GROUP_SIGTERM_SCRIPT],
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": str(root)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        start_new_session=True,  # its own group: the signal stays inside it
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["1", "None", "True"]

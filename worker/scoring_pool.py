@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import multiprocessing
+import os
 import signal
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -116,7 +117,8 @@ class ScoringPool:
         self.more_factories = more_factories
         # Modules the forkserver imports once, so that a child replacing a killed one
         # starts without importing them (forkserver only).
-        self.preload = [__name__, *preload]
+        # (the first leaves the worker's process group: `worker.fork_server_group`)
+        self.preload = ["worker.fork_server_group", __name__, *preload]
         self.processes = processes or settings.stream.scoring_processes
         self.deadline = deadline if deadline is not None else settings.limits.scoring_deadline
         self._pool: ProcessPool | None = None
@@ -288,8 +290,15 @@ _VERSIONS: dict[str, Versions] = {}  # of each suite's results, built once per c
 
 
 def _start_child(settings: Settings, factories: Mapping[str, ScorerFactory]) -> None:
-    """Prepare a child once: its case scorers. Ctrl-C is for the parent to handle."""
+    """Prepare a child once: its case scorers. Signals are for the parent to handle:
+    Ctrl-C is ignored, and the child leaves the worker's process group, so a SIGTERM to
+    the whole group (`kill -TERM -PGID`, a supervisor stopping the group) reaches only the
+    worker, which then finishes its batches in hand with its children and stops them
+    (`close`). Before, such a signal killed the children under the batch in hand, whose
+    records then became `scoring_error` dead letters. A child still ends when the worker
+    is gone: its task pipe closes."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    os.setpgrp()
     _SETTINGS[:] = [settings]
     _VERSIONS.clear()
     _SCORERS.clear()
