@@ -40,7 +40,7 @@ test: install
 
 # The fast lane a change is checked with first: no broker, no model (`make test` runs all).
 test-fast: install
-	$(PY) -m pytest -q -n 2 -m "not integration and not model"
+	$(PY) -m pytest -q -n 2 -m "not integration and not model and not build"
 
 lint: install
 	$(VENV)/bin/ruff check .

@@ -105,6 +105,7 @@ def test_the_training_loader_refuses_held_out_files(name: str, tmp_path: Path) -
 # ---------------------------------------------------------------- the model
 
 
+@pytest.mark.build
 def test_training_is_deterministic() -> None:
     texts = [t for texts in HELD_OUT.values() for t in texts]
     first = shipped_classifier().probabilities(texts)  # the built artefact
