@@ -100,8 +100,10 @@ class Contributions:
     ) -> None:
         """Collect a result for each of its segments: (key, segment, segment as JSON),
         the all-cases segment first (`aggregation.segments_for`). Folding waits until
-        the contributions are asked for (`items`), so results can be sent first."""
-        self._pending.append((result, value, segments, scored))
+        the contributions are asked for (`items`), so results can be sent first. A result
+        no window counts (no segments) contributes nothing."""
+        if segments:
+            self._pending.append((result, value, segments, scored))
 
     def _fold_pending(self) -> None:
         for result, value, segments, scored in self._pending:

@@ -30,7 +30,7 @@ from worker.input.unknown_fields import unknown_fields, with_unknown_fields
 from worker.ops.telemetry import EMBEDDING_SKIPPED_OVERLOAD
 from worker.scoring_pool import Outcome
 from worker.stream.context import StreamContext, event_context, run_to_completion
-from worker.stream.publish import OutputTooLarge, markers_of
+from worker.stream.publish import Contributions, OutputTooLarge, markers_of
 from worker.stream.scoring import observe
 from worker.suites import registry
 from worker.suites.base import SessionSuite, TurnInput
@@ -84,6 +84,8 @@ class SessionStage:
         # When this stage began its first batch since it started or was assigned its
         # partitions: a turn that waited for that is not behind because of overload.
         self.active_since: float | None = None
+        # The turn results of the chunk being applied, sent at its end (None: at once).
+        self._results: Contributions | None = None
 
     def forget(self) -> None:
         """Drop cached watermarks after a rebalance (the table has them)."""
@@ -163,8 +165,20 @@ class SessionStage:
     async def _apply_chunk(
         self, chunk: _Chunk, vectors: list[Any], scoring: asyncio.Future[list[Outcome]]
     ) -> None:
-        """Apply a chunk's messages in order, once the children scored its turns."""
+        """Apply a chunk's messages in order, once the children scored its turns; the turn
+        results leave together at the end (one record batch per partition), before any
+        marker the batch forwards (a replayed turn publishes its result again)."""
         scored = await scoring
+        self._results = Contributions()
+        try:
+            await self._apply_messages(chunk, vectors, scored)
+        finally:
+            results, self._results = self._results, None
+            await self.publisher.contribute(results)
+
+    async def _apply_messages(
+        self, chunk: _Chunk, vectors: list[Any], scored: list[Outcome]
+    ) -> None:
         texts_of = self._texts_of
         cursor = 0
         for event, data in chunk:
@@ -389,7 +403,8 @@ class SessionStage:
             received_at=context.received,
             trace_id=context.record.trace_id,
         )
-        await self.publisher.result(result, aggregate=False)  # windows count sessions
+        # windows count sessions, not turns
+        await self.publisher.result(result, aggregate=False, batch=self._results)
         observe(self.context, result, elapsed)
 
     async def close_session(
@@ -420,6 +435,11 @@ class SessionStage:
             scored_at=self.context.now(),
         )
         try:
+            # at once, after the turn results before it, not with the chunk's turns: the
+            # session's tombstone is written now, and a replayed turn of a closed session
+            # does not close it again
+            if self._results is not None:
+                await self.publisher.send_results(self._results)
             await self.publisher.result(result)
         except OutputTooLarge as exc:
             value = result.model_dump_json().encode("utf-8")
