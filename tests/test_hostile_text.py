@@ -271,6 +271,40 @@ def test_the_prefilter_finds_what_finditer_finds_next_to_letters(
     assert [_spans(hits) for hits in found] == [_spans(r.finditer(text)) for r in _REGEXES]
 
 
+# Non-ASCII texts, read by the automaton as UTF-8 bytes: the shipped words of scripts
+# other than Latin, next to characters of every UTF-8 length (2, 3 and 4 bytes), CJK
+# without spaces, combining marks, bidi controls and a lone surrogate.
+_NON_ASCII_WORDS = [word for word in _SAFETY_WORDS if not word.isascii()]
+_NON_ASCII_GLUE = st.sampled_from(
+    [
+        *["é", "ß", "д", "ش", "世", "界", "。", "\u0301", "\u202e", "\u2066", "\U0001f600"],
+        *["\ud800", "ॅ", "ı", "İ", "ς", " ", "\u3000", "a"],
+    ]
+)
+
+
+@PROPERTY
+@given(st.lists(st.tuples(st.sampled_from(_NON_ASCII_WORDS) | _NON_ASCII_GLUE, st.booleans())))
+def test_the_prefilter_finds_what_finditer_finds_in_non_ascii_texts(
+    pieces: list[tuple[str, bool]],
+) -> None:
+    text = "".join(piece.upper() if upper else piece for piece, upper in pieces)
+    found = _PREFILTER.finditer_all(text)
+    assert [_spans(hits) for hits in found] == [_spans(r.finditer(text)) for r in _REGEXES]
+
+
+def test_the_automaton_reads_utf8_and_maps_back_to_characters() -> None:
+    # a harmful phrase of each script after 256 KiB of 3- and 4-byte characters: found at
+    # its character offset
+    words = [word for word in _NON_ASCII_WORDS if len(word) > 3][:50]
+    filler = "世界\U0001f600 " * 20_000
+    text = filler + " ".join(words)
+    found = _PREFILTER.finditer_all(text)
+    expected = [_spans(r.finditer(text)) for r in _REGEXES]
+    assert any(expected)
+    assert [_spans(hits) for hits in found] == expected
+
+
 @PROPERTY
 @given(st.lists(st.tuples(_PIECES | _GLUE, st.booleans()), max_size=60))
 def test_following_every_anchor_finds_what_finditer_finds(

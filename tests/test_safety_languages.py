@@ -21,7 +21,9 @@ from worker.ops.telemetry import Telemetry
 from worker.suites.alignment.aggregate import AlignmentAggregator
 from worker.suites.alignment.language import (
     COVERED_LANGUAGES,
+    MAX_IDENTIFIED_CHARS,
     UNDETERMINED,
+    evenly_spaced,
     shipped_identifier,
 )
 from worker.suites.alignment.safety import parse_patterns
@@ -134,6 +136,50 @@ def test_identification_reads_a_bounded_part_of_a_huge_reply() -> None:
     sentences = [f"Report number {i} is ready for review today." for i in range(20_000)]
     languages = identifier.turn_languages(sentences, " ".join(sentences))
     assert languages.turn.code == "en" and len(languages.sentences) == 20_000
+
+
+def _sentences_to(make: str, size: int) -> list[str]:
+    """Distinct sentences (`make` formatted with a number), joined by spaces at most
+    `size` characters."""
+    found: list[str] = []
+    total = -1
+    while total + 1 + len(make.format(len(found))) <= size:
+        found.append(make.format(len(found)))
+        total += 1 + len(found[-1])
+    return found
+
+
+def test_a_huge_reply_switching_language_half_way_is_reported_in_both(settings: Settings) -> None:
+    # 256 KiB, the intake limit: identified on an evenly spaced sample across the whole
+    # reply (not its first 16 KiB), so it is mixed, as the short reply of the same
+    # sentences is
+    english = "Report {} was sent to the whole team on Friday morning, as we agreed."
+    spanish = "El informe {} se envió a todo el equipo el viernes por la mañana, como acordamos."
+    half = 128 * 1024 - 1  # characters (the bench's 256 KiB)
+    long_text = " ".join(_sentences_to(english, half) + _sentences_to(spanish, half))
+    short_text = " ".join(_sentences_to(english, 200) + _sentences_to(spanish, 200))
+    assert 255 * 1024 < len(long_text) <= 256 * 1024
+    for text in (long_text, short_text):
+        safety = score_safety(text, settings.alignment)
+        assert safety.languages.sentences[0] == "en" and safety.languages.sentences[-1] == "es"
+        assert safety.languages.turn.code in {"en", "es"}
+        assert safety.coverage == (FULL_COVERAGE if text is short_text else KEYWORDS_ONLY)
+        details = turn_scored(safety_only_turn(text, "p", settings.alignment)).details
+        assert set(details["languages"]) == {"en", "es"}  # type: ignore[arg-type]
+        assert details["languages"]["en"] == pytest.approx(0.5, abs=0.05)  # type: ignore[index]
+
+
+def test_the_identified_sample_is_whole_sentences_spread_over_the_reply() -> None:
+    lengths = [40 + (i * 37) % 300 for i in range(5_000)]
+    sampled = evenly_spaced(lengths, MAX_IDENTIFIED_CHARS)
+    assert MAX_IDENTIFIED_CHARS * 0.8 < sum(lengths[i] for i in sampled) <= MAX_IDENTIFIED_CHARS
+    assert sampled == sorted(set(sampled))
+    assert sampled[0] < 250 and sampled[-1] > 4_750  # from the start to the end
+    gaps = np.diff(sampled)
+    assert gaps.max() < 3 * gaps.mean()
+    assert evenly_spaced([10, 20], MAX_IDENTIFIED_CHARS) == [0, 1]  # a reply under the bound
+    assert evenly_spaced([], MAX_IDENTIFIED_CHARS) == []
+    assert len(evenly_spaced([MAX_IDENTIFIED_CHARS + 1], MAX_IDENTIFIED_CHARS)) == 1
 
 
 # ---------------------------------------------------------------- the classifier, per language
