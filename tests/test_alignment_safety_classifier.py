@@ -31,6 +31,7 @@ from worker.suites.alignment.safety_classifier import (
     load_replies,
     load_training_replies,
     negation_marked,
+    negation_marked_words,
     ordinary_replies,
     sentence_spans,
     sentences,
@@ -339,6 +340,41 @@ def test_the_packed_n_grams_score_any_text_as_scikit_learn_does(texts: list[str]
     assert np.allclose(
         classifier.probabilities(texts), classifier.library_probabilities(texts), atol=1e-9
     )
+
+
+_UNIT_PIECES = st.sampled_from(
+    [
+        *"aZ .,!?'\n\t\u3000Σσς İı’。不没世界\x00",
+        *["n't", "don't", "never", "no", "nunca", "不要", "لا", "नहीं", "kill", "bleach"],
+        *["ΣΑΣ", "e\u0301", "\U0001f600", "\ud800", "  "],
+    ]
+)
+
+
+@hypothesis_settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(_UNIT_PIECES, max_size=12).map("".join), max_size=8))
+def test_a_batch_reads_the_units_each_text_alone_reads(texts: list[str]) -> None:
+    # words and characters are read for a whole batch at once (texts joined by NULs;
+    # a text with a negation read again alone): the ids and lengths of text by text
+    for block in shipped_classifier().model.terms.blocks:  # type: ignore[union-attr]
+        ids, lengths = block.unit_ids(texts)
+        expected: list[int] = []
+        expected_lengths = []
+        for text in texts:
+            if block.char:
+                units = safety_classifier._WHITE_SPACES.sub(" ", text.lower())
+                expected += [
+                    block.id_of_code[min(ord(c), len(block.id_of_code) - 1)] for c in units
+                ]
+            else:
+                units = negation_marked_words(text)
+                expected += [block.id_of_unit.get(word, 0) for word in units]
+            expected_lengths.append(len(units))
+            expected.append(0)
+        assert lengths == expected_lengths
+        assert ids.dtype == (block.id_of_code.dtype if block.char else np.uint64)
+        assert ids.tolist()[: len(expected)] == expected
+        assert len(ids) == len(expected) or (block.char and not texts)
 
 
 def test_a_training_file_whose_terms_do_not_pack_is_scored_the_same_way() -> None:

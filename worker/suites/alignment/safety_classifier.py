@@ -38,10 +38,12 @@ Scoring does not transform through scikit-learn: the fitted SVM is folded into o
 weight per term and class (coefficient times idf), every n-gram of the vocabulary is
 packed into one uint64 key (`_PackedGrams`) held in a numpy hash table (`_KeyTable`), and
 all sentences of a batch are scored with numpy operations (`_scores`), with no Python step
-per n-gram. Those arrays are the shipped artefact (`artefact.py`: plain `.npy` files,
-memory-mapped, so the scoring children share one copy), checked against the digest in
-`worker/data/model_digests.json`. The probabilities are scikit-learn's own to rounding (a
-test compares them on arbitrary text).
+per n-gram; a batch's words and characters are read in one regex pass over its sentences
+joined, with no Python step per sentence either (`_PackedGrams.unit_ids`; only a sentence
+with a negation is read again on its own). Those arrays are the shipped artefact
+(`artefact.py`: plain `.npy` files, memory-mapped, so the scoring children share one
+copy), checked against the digest in `worker/data/model_digests.json`. The probabilities
+are scikit-learn's own to rounding (a test compares them on arbitrary text).
 """
 
 from __future__ import annotations
@@ -111,6 +113,7 @@ _PUNCTUATION_CHARS = '.,;:!?()"。，、！？；：（）「」『』«»„“
 _WORD_TOKEN = rf"[{_SPACELESS}]|{_LETTER}+(?:'{_LETTER}+)?"
 _TOKEN = re.compile(rf"{_WORD_TOKEN}|[{re.escape(_PUNCTUATION_CHARS)}]")
 _WORD = re.compile(_WORD_TOKEN)  # the tokens that are words (`_TOKEN` less punctuation)
+_WORD_OR_END = re.compile(rf"{_WORD_TOKEN}|\0")  # the words of NUL-joined texts, and the NULs
 _WHITE_SPACES = re.compile(r"\s\s+")  # what scikit-learn's character n-grams fold to " "
 _PUNCTUATION = frozenset(_PUNCTUATION_CHARS)
 # Words after which the rest of the clause is negated, in every covered language (Japanese
@@ -140,12 +143,17 @@ def negation_marked(text: str) -> str:
     return " ".join(negation_marked_words(text))
 
 
+def _lowered(text: str) -> str:
+    """`text` lower-cased, with the typographic apostrophe as "'"."""
+    return text.lower().replace("’", "'")
+
+
 def negation_marked_words(text: str) -> list[str]:
     """The words `negation_marked` joins. A text without a negation word (most sentences)
     is read by one regex pass without the punctuation alternative: the tokens less the
     punctuation, which the alternation tries last, so the same words (no Python step
     per word: a 256 KiB Chinese reply is 256 Ki words)."""
-    lowered = text.lower().replace("’", "'")
+    lowered = _lowered(text)
     if "n't" not in lowered:
         words = _WORD.findall(lowered)
         if _NEGATIONS.isdisjoint(words):
@@ -420,12 +428,21 @@ class _PackedGrams:
         """Unit ids of all texts, each text followed by a 0 (no n-gram spans two texts),
         and each text's length in units."""
         if self.char:
-            units = [_WHITE_SPACES.sub(" ", self.preprocess(text)) for text in texts]
-            joined = ("\0".join(units) + "\0").encode("utf-32-le", "surrogatepass")
-            codes = np.frombuffer(joined, np.uint32)
-            return self.id_of_code[np.minimum(codes, len(self.id_of_code) - 1)], [
-                len(text) for text in units
-            ]
+            # lower-cased and whitespace runs folded once for the whole batch (a NUL is
+            # neither whitespace nor cased: it ends each text as the text's end would)
+            joined = _WHITE_SPACES.sub(" ", ("\0".join(texts) + "\0").lower())
+            codes = np.frombuffer(joined.encode("utf-32-le", "surrogatepass"), np.uint32)
+            ends = np.flatnonzero(codes == 0)
+            if len(ends) != len(texts):  # a text holds a NUL of its own: text by text
+                units = [_WHITE_SPACES.sub(" ", self.preprocess(text)) for text in texts]
+                joined = "\0".join(units) + "\0"
+                codes = np.frombuffer(joined.encode("utf-32-le", "surrogatepass"), np.uint32)
+                ends = np.cumsum([len(text) + 1 for text in units], dtype=np.int64) - 1
+            lengths = (np.diff(ends, prepend=-1) - 1).tolist()
+            return self.id_of_code[np.minimum(codes, len(self.id_of_code) - 1)], lengths
+        batched = self._batched_word_ids(texts)
+        if batched is not None:
+            return batched
         get = self.id_of_unit.get
         flat: list[int] = []
         lengths = []
@@ -436,6 +453,42 @@ class _PackedGrams:
             flat += map(get, tokens, repeat(0))
             flat.append(0)
         return np.array(flat, dtype=np.uint64), lengths
+
+    def _batched_word_ids(self, texts: Sequence[str]) -> tuple[np.ndarray, list[int]] | None:
+        """`unit_ids` of words for a whole batch in one regex pass and one `map`, with no
+        Python step per text: the texts are joined by NULs (a word never spans one, and
+        lower-casing treats one as the end of a text), each NUL standing for the 0 after
+        a text. A text with a negation (or "n't") has its words read again as
+        `negation_marked_words` reads them, and put in its place. None when a text holds a
+        NUL of its own (the loop over the texts reads it)."""
+        lowered = _lowered("\0".join(texts) + "\0")
+        if lowered.count("\0") != len(texts):
+            return None
+        tokens = _WORD_OR_END.findall(lowered)
+        count = len(tokens)
+        ids = np.fromiter(map(self.id_of_unit.get, tokens, repeat(0)), np.uint64, count)
+        ends = np.flatnonzero(np.fromiter(map("\0".__eq__, tokens), bool, count))
+        ids[ends] = 0
+        lengths = np.diff(ends, prepend=-1) - 1
+        marked: set[int] = set()  # the texts with a negation word, or "n't"
+        if not _NEGATIONS.isdisjoint(tokens):
+            negation = np.fromiter(map(_NEGATIONS.__contains__, tokens), bool, count)
+            marked.update(np.searchsorted(ends, np.flatnonzero(negation)).tolist())
+        if "n't" in lowered:
+            marked.update(i for i, text in enumerate(texts) if "n't" in _lowered(text))
+        if not marked:
+            return ids, lengths.tolist()
+        get = self.id_of_unit.get
+        pieces: list[np.ndarray] = []
+        done = 0
+        for index in sorted(marked):
+            words = negation_marked_words(texts[index])
+            pieces.append(ids[done : ends[index] - lengths[index]])
+            pieces.append(np.fromiter(map(get, words, repeat(0)), np.uint64, len(words)))
+            done = ends[index]  # from the 0 after the text
+            lengths[index] = len(words)
+        pieces.append(ids[done:])
+        return np.concatenate(pieces), lengths.tolist()
 
     def windows(
         self, texts: Sequence[str]
