@@ -88,6 +88,11 @@ TARGETS = {
     "otlp": 0.8,
 }
 OTLP_TOPIC = "bench-otlp-spans"
+# Rows whose baseline is another row of the same round: (its suite, how it is printed)
+ROW_BASELINES = {
+    "otlp": ("alignment", "envelope path (row above)"),
+    "alignment-sampled": ("safe", "SAFE results/s (safe row)"),
+}
 SPANS_PER_MESSAGE = 50
 CLASSIFIER_SHARE_TARGET = 0.08  # of the worker's time per alignment turn
 # cases counted into windows per second, as a share of the plain loop's results per second
@@ -871,33 +876,22 @@ async def measure(
     rows: list[dict[str, Any]] = []
     for suite in suites:
         now = time.time()
-        if suite == "otlp":
-            envelope_rows = [row for row in rows if row["suite"] == "alignment"]
-            if not envelope_rows:
-                print("  otlp: skipped (its baseline is the alignment row of the round)")
+        if suite in ROW_BASELINES:
+            base_suite, label = ROW_BASELINES[suite]
+            base_rows = [row for row in rows if row["suite"] == base_suite]
+            if not base_rows:
+                print(f"  {suite}: skipped (its baseline is the {base_suite} row of the round)")
                 continue
-            print(f"  worker: otlp spans x {counts[suite]} ...", flush=True)
-            data = make_records("alignment", counts[suite], f"o{now:.3f}", now)
-            run = await otlp_run(scorer, bootstrap, data)
-            rate = envelope_rows[0]["worker"].throughput
+            print(f"  worker: {suite} x {counts[suite]} ...", flush=True)
+            data = make_records("alignment", counts[suite], f"{suite[0]}{now:.3f}", now)
+            if suite == "otlp":
+                run = await otlp_run(scorer, bootstrap, data)
+            else:
+                with embedding_sampled_out(scorer):
+                    run = await worker_run(scorer, bootstrap, "alignment", data, 120)
             rows.append(
-                {"suite": suite, "worker": run, "baseline": "envelope path (row above)"}
-                | {"baseline_rate": rate, "baseline_run": None}
-            )
-            continue
-        if suite == "alignment-sampled":
-            safe_rows = [row for row in rows if row["suite"] == "safe"]
-            if not safe_rows:
-                print("  alignment-sampled: skipped (its baseline is the safe row of the round)")
-                continue
-            print(f"  worker: alignment x {counts[suite]}, embedding sampled out ...", flush=True)
-            data = make_records("alignment", counts[suite], f"s{now:.3f}", now)
-            with embedding_sampled_out(scorer):
-                run = await worker_run(scorer, bootstrap, "alignment", data, 120)
-            rate = safe_rows[0]["worker"].throughput
-            rows.append(
-                {"suite": suite, "worker": run, "baseline": "SAFE results/s (safe row)"}
-                | {"baseline_rate": rate, "baseline_run": None}
+                {"suite": suite, "worker": run, "baseline": label}
+                | {"baseline_rate": base_rows[0]["worker"].throughput, "baseline_run": None}
             )
             continue
         data = make_records(suite, counts[suite], f"w{now:.3f}", now)
