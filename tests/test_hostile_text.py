@@ -253,6 +253,36 @@ def test_the_prefilter_reads_the_shipped_patterns_by_their_literals() -> None:
     ]
 
 
+def test_a_phrase_is_not_tried_where_none_of_its_objects_is() -> None:
+    # The beginning ("send me your") recurs; every object the pattern can end with is
+    # absent: the pattern is not tried at all, and is found once an object is there.
+    pattern = re.compile(
+        r"(?<!\w)(?:send|give)\s+(?:me\s+)?(?:your\s+national\s+id|the\s+seed\s+phrase)(?!\w)",
+        re.IGNORECASE,
+    )
+    assert frozenset({"national", "phrase"}) in required_literals(pattern)
+    prefilter = LiteralPrefilter([pattern])
+    filler = "send me your card number " * 10_000
+    assert prefilter.candidates(filler) == []
+    text = filler + "Send me the seed phrase."
+    assert _spans(prefilter.finditer_all(text)[0]) == _spans(pattern.finditer(text))
+    assert len(_spans(pattern.finditer(text))) == 1
+
+
+def test_many_verbs_before_many_objects_still_give_three_word_anchors() -> None:
+    # An optional prefix letter before 24 verbs, each before 30 objects of two words:
+    # 2,160 anchors of three words, read in far fewer steps (each object part once).
+    verbs = "|".join(f"verb{i}" for i in range(24))
+    objects = "|".join(f"object{i}\\s+thing{i}" for i in range(30))
+    pattern = re.compile(rf"(?<!\w)[xy]?(?:{verbs})\s+(?:{objects})(?!\w)")
+    anchors = leading_anchors(pattern)
+    assert anchors is not None and len(anchors) == 3 * 24 * 30
+    assert ("yverb7", "object29", "thing29") in anchors
+    prefilter = LiteralPrefilter([pattern])
+    text = "verb1 object2 thing3 " * 5_000 + "xverb5 object9 thing9"
+    assert _spans(prefilter.finditer_all(text)[0]) == [(len(text) - 21, len(text), text[-21:])]
+
+
 # Single letters and the characters of small classes (`n[i1]gg`, `f[a@]g`) next to words:
 # the places a literal beginning is read through a class, or ruled out after a letter.
 _GLUE = st.sampled_from(

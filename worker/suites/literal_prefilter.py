@@ -28,6 +28,15 @@ to three words (`leading_anchors`: "you\\s+should\\s+die" gives ("you", "should"
 starts and each next word starts where the whitespace after the previous one ends
 (numpy, over the places of the first word; a prefix shared by several patterns is
 followed once). Every match still begins at a place tried, so the matches are the same.
+A pattern's anchors are read once per place of the pattern, words read and word begun
+(`_Walk`): an optional prefix letter before two dozen verbs, each before the same dozen
+objects, reads the objects once, so such a pattern still gets its thousands of
+three-word anchors in a few milliseconds.
+
+A pattern is also skipped when a literal every match needs is absent (`required_literals`):
+of a branch, the longest needed literal of each alternative, together ("send me" before
+"national id" or "seed phrase" needs "national" or "phrase"), so a reply repeating "send me
+your card number" tries no pattern whose objects it lacks.
 
 Case: the text and the literals are folded alike (`fold`): lower-cased, then every
 letter that Python's case-insensitive matching equates with another that `str.lower`
@@ -63,7 +72,7 @@ _MIN_REQUIRED = 3
 _MAX_CLASS = 4  # characters of a class read on through in a literal beginning
 _NO_STARTS = np.zeros(0, dtype=np.int64)
 _NO_MATCHES: Iterator[re.Match[str]] = iter(())  # exhausted, so shared by all that miss
-_MAX_ANCHORS = 1024  # a pattern with more anchors of `_MAX_WORDS` words has shorter ones
+_MAX_ANCHORS = 16384  # a pattern with more anchors of `_MAX_WORDS` words has shorter ones
 _FEW_PLACES = 32  # a first word in no more places is not followed by its next words
 _LOOKUP_RATIO = 8  # values per mark above which the marks are looked up in the values
 _NEAR_STEPS = 2  # places looked at before a binary search for the next (non-)whitespace
@@ -87,9 +96,30 @@ def _parsed_source(source: str, flags: int) -> list[tuple[Any, Any]] | None:
     """Parsed once per source: the analyses below each read the same parse (callers only
     read the returned items, never change them)."""
     try:
-        return list(sre_parse.parse(source, flags).data)
+        return _plain(sre_parse.parse(source, flags))
     except Exception:  # an unparsable pattern is simply not prefiltered
         return None
+
+
+def _plain(items: Any) -> list[tuple[Any, Any]]:
+    """A parsed pattern as plain lists and tuples: `sre_parse`'s own sequences index
+    through a Python method, a cost the anchor walk would pay at every step."""
+    plain: list[tuple[Any, Any]] = []
+    for op, av in items:
+        if op is _c.BRANCH:
+            av = (av[0], [_plain(alternative) for alternative in av[1]])
+        elif op is _c.SUBPATTERN:
+            av = (*av[:-1], _plain(av[-1]))
+        elif op in _REPEATS:
+            av = (av[0], av[1], _plain(av[2]))
+        elif op in (_c.ASSERT, _c.ASSERT_NOT):
+            av = (av[0], _plain(av[1]))
+        elif _ATOMIC is not None and op is _ATOMIC:
+            av = _plain(av)
+        elif op is _c.IN:
+            av = list(av)
+        plain.append((op, av))
+    return plain
 
 
 def _usable(found: set[str] | None) -> frozenset[str] | None:
@@ -127,6 +157,9 @@ def _required(items: list[tuple[Any, Any]]) -> list[frozenset[str]]:
             literals = _usable(_leading(items[index:]))
         elif op is _c.BRANCH:
             literals = _usable(_leading([(op, av)]))
+            deeper = _one_of_each(av[1])
+            if deeper is not None and deeper != literals:
+                required.append(deeper)
         elif op is _c.SUBPATTERN:
             required += _required(list(av[-1]))
             continue
@@ -138,6 +171,22 @@ def _required(items: list[tuple[Any, Any]]) -> list[frozenset[str]]:
         if literals is not None:
             required.append(literals)
     return required
+
+
+def _one_of_each(alternatives: list[Any]) -> frozenset[str] | None:
+    """For a branch, the longest required literals of each alternative, together: every
+    match goes through one alternative, so it holds one of them. Where the beginnings
+    are common words ("send me" before a dozen objects), the objects are rarer: a reply
+    repeating "send me your card number" holds none of "national id" or "seed phrase"."""
+    found: set[str] = set()
+    for alternative in alternatives:
+        groups = _required(list(alternative))
+        if not groups:
+            return None
+        found |= max(groups, key=lambda group: (min(map(len, group)), -len(group)))
+        if len(found) > _MAX_LITERALS:
+            return None
+    return frozenset(found)
 
 
 def _leading(items: list[tuple[Any, Any]]) -> set[str] | None:
@@ -197,7 +246,7 @@ class _OverBudget(_Unanchored):
     """Reading the pattern's beginnings took more than `_WALK_BUDGET` steps."""
 
 
-_WALK_BUDGET = 5000  # steps of reading one pattern's beginnings (a pattern with more has none)
+_WALK_BUDGET = 20000  # steps of reading one pattern's beginnings (a pattern with more has none)
 
 
 @lru_cache(maxsize=4096)
@@ -219,78 +268,129 @@ def leading_anchors(pattern: re.Pattern[str]) -> frozenset[tuple[str, ...]] | No
     # objects): the anchors of fewer words still begin every match, only more places
     for most in range(_MAX_WORDS, 0, -1):
         try:
-            found = _walk([*parsed, _STOP], (), "", [_WALK_BUDGET], most)
+            return _Walk(most).anchors(parsed)
         except _OverBudget:
             continue
         except _Unanchored:
             return None
-        if len(found) <= _MAX_ANCHORS:
-            return frozenset(found)
     return None
 
 
-def _walk(
-    items: list[tuple[Any, Any]],
-    words: tuple[str, ...],
-    current: str,
-    budget: list[int],
-    most: int,
-) -> set[tuple[str, ...]]:
-    """The anchors (of at most `most` words) of `items`, a parsed pattern's rest, after
-    `words` and the word begun so far (`current`); raises `_Unanchored`."""
-    budget[0] -= 1
-    if budget[0] < 0:
-        raise _OverBudget
-    for index, (op, av) in enumerate(items):
-        if op in _ZERO_WIDTH:
-            continue
-        rest = items[index + 1 :]
-        if op is _c.LITERAL or (op is _c.IN and _small_class(av)):
-            chars = {
-                _anchor_char(chr(av if op is _c.LITERAL else member))
-                for member in ([av] if op is _c.LITERAL else [member for _, member in av])
-            }
-            if "" in chars or (words and not current and any(c.isspace() for c in chars)):
-                break  # a character that cannot be read, or whitespace after a gap
-            if len(chars) == 1:
-                current += chars.pop()
+# What is left of a pattern after the items read so far: (items, next index, what is
+# left after them, a key naming this place), or None at the pattern's end. Shared,
+# never copied: each alternative of a branch goes on into the same rest.
+_Rest = tuple[list[tuple[Any, Any]], int, Any, tuple[Any, ...]] | None
+_STOPPED: _Rest = ([_STOP], 0, None, ())
+
+
+def _rest(items: list[tuple[Any, Any]], index: int, after: _Rest) -> _Rest:
+    return items, index, after, (id(items), index, None if after is None else after[3])
+
+
+class _Walk:
+    """One reading of a pattern's anchors of at most `most` words. A place of the
+    pattern reached with as many words read and the same word begun gives the same
+    rest of an anchor whatever came before ("و"/"ف"/"" times a dozen verbs, each before
+    the same dozen objects): each is read once."""
+
+    def __init__(self, most: int) -> None:
+        self.most = most
+        self.steps = _WALK_BUDGET
+        self._known: dict[tuple[Any, ...], frozenset[tuple[str, ...]]] = {}
+
+    def anchors(self, parsed: list[tuple[Any, Any]]) -> frozenset[tuple[str, ...]]:
+        """Raises `_Unanchored` (or `_OverBudget`: too many steps or anchors)."""
+        return frozenset(map(_finished, self.tails(parsed, 0, _STOPPED, 0, "")))
+
+    def tails(
+        self, items: list[tuple[Any, Any]], index: int, after: _Rest, depth: int, current: str
+    ) -> frozenset[tuple[str, ...]]:
+        """The words an anchor goes on with from `items[index]` (then `after`), when
+        `depth` words are read and `current` is begun."""
+        key = (id(items), index, None if after is None else after[3], depth, current)
+        known = self._known.get(key)
+        if known is None:
+            self.steps -= 1
+            if self.steps < 0:
+                raise _OverBudget
+            known = self._known[key] = frozenset(self._read(items, index, after, depth, current))
+            if len(known) > _MAX_ANCHORS:
+                raise _OverBudget
+        return known
+
+    def _read(
+        self, items: list[tuple[Any, Any]], index: int, after: _Rest, depth: int, current: str
+    ) -> set[tuple[str, ...]]:
+        words: tuple[str, ...] = ()  # read here, after the `depth` before
+        while True:
+            if index == len(items):
+                if after is None:
+                    break
+                items, index, after, _ = after
                 continue
-            found: set[tuple[str, ...]] = set()
-            for char in sorted(chars):
-                found |= _walk(rest, words, current + char, budget, most)
-            return found
-        if _is_gap(op, av):
-            if current:
-                words, current = (*words, current), ""
-                if len(words) == most:
-                    return {_finished(words)}
-            elif not words:
-                raise _Unanchored  # the match can begin with whitespace
-            continue
-        if op is _c.BRANCH:
-            found = set()
-            for alternative in av[1]:
-                found |= _walk([*alternative, *rest], words, current, budget, most)
-            return found
-        if op is _c.SUBPATTERN or (_ATOMIC is not None and op is _ATOMIC):
-            body = av[-1] if op is _c.SUBPATTERN else av
-            return _walk([*body, *rest], words, current, budget, most)
-        if op in _REPEATS and not current and words and _is_word_run(av, rest):
-            words = (*words, ANY_WORD)  # a word of any letters, then whitespace
-            if len(words) == most:
-                break
-            continue
-        if op in _REPEATS:
-            low, high, body = av
-            found = set()
-            if high != 0:  # one repeat, then the rest when there is at most one
-                once = [*body, *(rest if high == 1 else [_STOP])]
-                found |= _walk(once, words, current, budget, most)
-            if low == 0:
-                found |= _walk(rest, words, current, budget, most)
-            return found
-        break
-    return {_finished((*words, current) if current else words)}
+            op, av = items[index]
+            index += 1
+            if op in _ZERO_WIDTH:
+                continue
+            if op is _c.LITERAL or (op is _c.IN and _small_class(av)):
+                chars = _item_chars(op, av)
+                read = depth + len(words)
+                if "" in chars or (read and not current and any(c.isspace() for c in chars)):
+                    break  # a character that cannot be read, or whitespace after a gap
+                if len(chars) == 1:
+                    current += chars[0]
+                    continue
+                ways = [(items, index, after, current + char) for char in chars]
+                return self._then(words, ways, depth)
+            if _is_gap(op, av):
+                if current:
+                    words, current = (*words, current), ""
+                    if depth + len(words) == self.most:
+                        return {words}
+                elif not depth + len(words):
+                    raise _Unanchored  # the match can begin with whitespace
+                continue
+            rest = _rest(items, index, after)
+            if op is _c.BRANCH:
+                return self._then(words, [(alt, 0, rest, current) for alt in av[1]], depth)
+            if op is _c.SUBPATTERN or (_ATOMIC is not None and op is _ATOMIC):
+                items, index, after = (av[-1] if op is _c.SUBPATTERN else av), 0, rest
+                continue
+            if op in _REPEATS and not current and depth + len(words) and _is_word_run(av, rest):
+                words = (*words, ANY_WORD)  # a word of any letters, then whitespace
+                if depth + len(words) == self.most:
+                    break
+                continue
+            if op in _REPEATS:
+                low, high, body = av
+                ways = []
+                if high != 0:  # one repeat, then the rest when there is at most one
+                    ways.append((body, 0, rest if high == 1 else _STOPPED, current))
+                if low == 0:
+                    ways.append((items, index, after, current))
+                return self._then(words, ways, depth)
+            break
+        return {(*words, current) if current else words}
+
+    def _then(
+        self,
+        words: tuple[str, ...],
+        ways: list[tuple[list[tuple[Any, Any]], int, _Rest, str]],
+        depth: int,
+    ) -> set[tuple[str, ...]]:
+        """`words`, then the tails of each way on (items, index, after, word begun)."""
+        found: set[tuple[str, ...]] = set()
+        for items, index, after, current in ways:
+            tails = self.tails(items, index, after, depth + len(words), current)
+            found.update((*words, *tail) for tail in tails) if words else found.update(tails)
+        return found
+
+
+def _following(rest: _Rest) -> Iterator[tuple[Any, Any]]:
+    """The items of a pattern's rest, in order."""
+    while rest is not None:
+        items, index, rest, _ = rest
+        yield from items[index:]
 
 
 def _finished(words: tuple[str, ...]) -> tuple[str, ...]:
@@ -302,18 +402,27 @@ def _finished(words: tuple[str, ...]) -> tuple[str, ...]:
     return words
 
 
-def _is_word_run(repeat: Any, rest: list[tuple[Any, Any]]) -> bool:
+def _is_word_run(repeat: Any, rest: _Rest) -> bool:
     """Whether a repeat is `\\w+` and whitespace must follow it (so the word ends where
     the next whitespace is)."""
     low, _high, body = repeat
     if low < 1 or list(body) != _WORD_CLASS:
         return False
-    for op, av in rest:
+    for op, av in _following(rest):
         if op not in _ZERO_WIDTH:
             return _gap_least(op, av) >= 1
     return False
 
 
+def _item_chars(op: Any, av: Any) -> list[str]:
+    """The characters, as the automaton reads them (sorted, distinct), of a literal or a
+    small class; "" among them when one cannot be read."""
+    if op is _c.LITERAL:
+        return [_anchor_char(chr(av))]
+    return sorted({_anchor_char(chr(member)) for _, member in av})
+
+
+@lru_cache(maxsize=8192)
 def _anchor_char(char: str) -> str:
     """`char` as the automaton reads it (folded as the text is), or "" when it cannot be
     read there: its lower case is more than one character."""
@@ -353,7 +462,7 @@ def starts_a_word(pattern: re.Pattern[str]) -> bool:
         if op not in _ZERO_WIDTH:
             return False
         if (op is _c.AT and av is _c.AT_BOUNDARY) or (
-            op is _c.ASSERT_NOT and av[0] == -1 and _is_word_class(list(av[1].data))
+            op is _c.ASSERT_NOT and av[0] == -1 and _is_word_class(list(av[1]))
         ):
             return True
     return False
@@ -704,7 +813,7 @@ class _Places:
         key = (word_start, anchor)
         if key not in self._next:
             places, ends = self._begins(word_start, anchor)
-            self._next[key] = places, self.next_word(ends)
+            self._next[key] = places, (self.next_word(ends) if len(ends) else ends)
         return self._next[key]
 
     def _begins(self, word_start: bool, anchor: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
@@ -722,7 +831,9 @@ class _Places:
             places = ends = _NO_STARTS  # its last word is nowhere in the text
         else:
             places, next_starts = self._next_starts(word_start, anchor[:-1])
-            if last == _ANY_WORD_ID:  # a word, then whitespace
+            if not len(places):
+                ends = places  # its beginning is nowhere in the text
+            elif last == _ANY_WORD_ID:  # a word, then whitespace
                 ends = self.next_space(next_starts)
                 keep = ends > next_starts
                 places, ends = places[keep], ends[keep]

@@ -144,13 +144,17 @@ class LanguageIdentifier:
             whole = whole or " ".join(sentences[index] for index in sampled)
             turn = self.guess(whole) if letter_count(whole) else LanguageGuess(UNDETERMINED, 0)
         sure = {i: found.code for i, found in guesses.items() if found.confidence >= MIN_CONFIDENCE}
-        if sure and len(sampled) < len(sentences):
-            # a sentence not sampled takes the language of the nearest sentence identified
-            stand_for = _nearest(sorted(sure), len(sentences))
-            unsampled = set(range(len(sentences))).difference(sampled)
-            sure.update((index, sure[stand_for[index]]) for index in unsampled)
-        codes = tuple(sure.get(index, turn.code) for index in range(len(sentences)))
-        return TurnLanguages(turn, codes)
+        if not sure or len(sampled) == len(sentences):
+            codes = tuple(sure.get(index, turn.code) for index in range(len(sentences)))
+            return TurnLanguages(turn, codes)
+        # a sentence not sampled takes the language of the nearest sentence identified;
+        # one sampled but not identified, the turn's (numpy: a turn may be 20,000 sentences)
+        marks = sorted(sure)
+        names = [turn.code, *(sure[index] for index in marks)]
+        which = _nearest_index(marks, len(sentences)) + 1
+        which[np.asarray(sampled, dtype=np.int64)] = 0
+        which[np.asarray(marks, dtype=np.int64)] = np.arange(1, len(marks) + 1)
+        return TurnLanguages(turn, tuple(map(names.__getitem__, which.tolist())))
 
 
 def evenly_spaced(lengths: Sequence[int], bound: int) -> list[int]:
@@ -175,15 +179,15 @@ def evenly_spaced(lengths: Sequence[int], bound: int) -> list[int]:
         points = max(1, points * bound // int(sizes[chosen].sum()))
 
 
-def _nearest(marks: list[int], size: int) -> list[int]:
-    """For each index below `size`, the nearest of the sorted, non-empty `marks` (the
-    earlier one on a tie)."""
+def _nearest_index(marks: list[int], size: int) -> np.ndarray:
+    """For each index below `size`, the position in the sorted, non-empty `marks` of the
+    nearest of them (the earlier one on a tie)."""
     at = np.asarray(marks, dtype=np.int64)
     indices = np.arange(size)
     after = np.minimum(np.searchsorted(at, indices), len(at) - 1)
     before = np.maximum(after - 1, 0)
     closer = np.abs(at[before] - indices) <= np.abs(at[after] - indices)
-    found: list[int] = np.where(closer, at[before], at[after]).tolist()
+    found: np.ndarray = np.where(closer, before, after)
     return found
 
 
