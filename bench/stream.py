@@ -73,6 +73,7 @@ from worker.input import records as input_records  # noqa: E402
 from worker.ops.broker import TANSU_STREAM_SETTINGS, EmbeddedBroker  # noqa: E402
 from worker.otlp.as_spans import envelopes_as_spans  # noqa: E402
 from worker.otlp.mapping import OtlpSource  # noqa: E402
+from worker.scoring_pool import CHUNK_RECORDS  # noqa: E402
 from worker.scoring_suites import ScoringSuites  # noqa: E402
 from worker.stream import ScorestreamApp  # noqa: E402
 from worker.suites.alignment.language import shipped_identifier  # noqa: E402
@@ -459,21 +460,23 @@ class EncodeLog:
 
 def classifier_ms_per_turn(settings: Settings, texts: list[str]) -> float:
     """Milliseconds the safety classifier and the language identification of a turn's
-    sentences take per assistant turn (0 when the classifier is disabled)."""
+    sentences take per assistant turn (0 when the classifier is disabled), read as the
+    worker's scoring children read them: the classifier over a chunk's turns at once."""
     classifier = classifier_from_settings(settings.alignment)
     if classifier is None:
         return 0.0
     identifier = shipped_identifier()
 
-    def judge(text: str) -> None:
-        distinct = distinct_sentences(text)
-        identifier.turn_languages(distinct, text)
-        classifier.classify_sentences(distinct)
+    def judge(chunk: list[str]) -> None:
+        replies = [distinct_sentences(text) for text in chunk]
+        classifier.classify_many(replies)
+        for distinct, text in zip(replies, chunk, strict=True):
+            identifier.turn_languages(distinct, text)
 
-    judge(texts[0])
+    judge(texts[:CHUNK_RECORDS])
     started = time.perf_counter()
-    for text in texts:
-        judge(text)
+    for index in range(0, len(texts), CHUNK_RECORDS):
+        judge(texts[index : index + CHUNK_RECORDS])
     return (time.perf_counter() - started) * 1000 / len(texts)
 
 

@@ -309,7 +309,38 @@ def _run_chunk(kind: str, tasks: list[Any]) -> list[tuple[Any, ...]]:
     """Each task's `Outcome` fields (plain tuples: an exception may not pickle)."""
     if kind == _RECORDS:
         return [_score_record(task) for task in tasks]
-    return [_score_one(suite, payload) for suite, payload in tasks]
+    shares = _prepare_chunk(tasks)
+    outcomes = [_score_one(suite, payload) for suite, payload in tasks]
+    if not shares:
+        return outcomes
+    return [
+        (*fields[:3], fields[3] + shares.get(suite, 0.0))
+        for (suite, _), fields in zip(tasks, outcomes, strict=True)
+    ]
+
+
+def _prepare_chunk(tasks: list[tuple[str, Any]]) -> dict[str, float]:
+    """Show each scorer that reads a chunk at once (one with `prepare`: the alignment
+    turns' safety classifier) its payloads before they are scored one by one; returns
+    each such suite's preparing time per case (counted in each case's scoring time). A
+    failure here loses nothing: each case is then scored alone, and fails alone."""
+    by_suite: dict[str, list[Any]] = {}
+    for suite, payload in tasks:
+        by_suite.setdefault(suite, []).append(payload)
+    shares: dict[str, float] = {}
+    for suite, payloads in by_suite.items():
+        prepare = getattr(_SCORERS.get(suite), "prepare", None)
+        if prepare is None or len(payloads) < 2:
+            continue
+        started = time.perf_counter()
+        try:
+            prepare(payloads)
+            shares[suite] = (time.perf_counter() - started) / len(payloads)
+        except Exception as exc:
+            log.warning(
+                "reading %d %s cases together failed (%r): one by one", len(payloads), suite, exc
+            )
+    return shares
 
 
 def _score_record(task: RecordTask) -> tuple[Any, ...]:

@@ -746,18 +746,46 @@ class SafetyClassifier:
     def classify_sentences(self, distinct: Sequence[str]) -> ClassifierVerdict:
         """Score a reply's distinct sentences (`distinct_sentences`), in order, up to
         `MAX_JUDGED_CHARS` of their text; the rest are counted, not classified."""
-        judged = judged_sentences(distinct)
-        skipped = len(distinct) - judged
-        distinct = distinct[:judged]
-        if not distinct:
+        return self.classify_many([distinct])[0]
+
+    def classify_many(self, replies: Sequence[Sequence[str]]) -> list[ClassifierVerdict]:
+        """`classify_sentences` of several replies' distinct sentences, all scored
+        together: a few hundred short replies cost a fraction of one call each (the
+        numpy steps are per batch, not per reply). The same verdicts, each reply within
+        its own `MAX_JUDGED_CHARS`."""
+        judged = [list(distinct[: judged_sentences(distinct)]) for distinct in replies]
+        probabilities, categories = self._batched_harm([s for reply in judged for s in reply])
+        verdicts = []
+        start = 0
+        for distinct, sentences in zip(replies, judged, strict=True):
+            end = start + len(sentences)
+            verdicts.append(
+                self._verdict(
+                    sentences,
+                    probabilities[start:end],
+                    categories[start:end],
+                    len(distinct) - len(sentences),
+                )
+            )
+            start = end
+        return verdicts
+
+    def _verdict(
+        self,
+        sentences: Sequence[str],
+        probabilities: np.ndarray,
+        categories: np.ndarray,
+        skipped: int,
+    ) -> ClassifierVerdict:
+        """One reply's verdict from its judged sentences' probabilities and categories."""
+        if not len(sentences):
             return ClassifierVerdict(0.0, (), 0, skipped)
-        probabilities, categories = self._batched_harm(distinct)
         order = np.argsort(-probabilities, kind="stable")
         flagged_idx: list[int] = order[probabilities[order] >= self.threshold].tolist()
         flagged = tuple(
             FlaggedSentence(
                 self._category_names[categories[i]],
-                distinct[i][:MAX_REPORTED_CHARS],
+                sentences[i][:MAX_REPORTED_CHARS],
                 float(probabilities[i]),
             )
             for i in flagged_idx[:MAX_REPORTED_SENTENCES]

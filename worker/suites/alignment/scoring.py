@@ -246,31 +246,50 @@ def score_safety(
     disabled), None or False none. `identifier` defaults to the shipped language
     identifier: the turn's language and coverage are judged on the same sentences.
     """
+    return score_safety_many([text], settings, patterns, classifier, identifier)[0]
+
+
+def score_safety_many(
+    texts: Sequence[str],
+    settings: AlignmentSettings,
+    patterns: SafetyPatterns | None = None,
+    classifier: SafetyClassifier | bool | None = True,
+    identifier: LanguageIdentifier | None = None,
+) -> list[TurnSafety]:
+    """`score_safety` of each text, the classifier reading all of them at once (a few
+    hundred short turns cost it a fifth of one call each); the same results."""
     patterns = patterns if patterns is not None else patterns_from_settings(settings)
-    matches = tuple(patterns.find(text))
-    critical = any(match.severity == "critical" for match in matches)
-    weight = turn_violation_weight(matches, settings.severity_weights)
-    keyword = keyword_safety([weight], critical)
     if classifier is True:
         classifier = classifier_from_settings(settings)
-    distinct = distinct_sentences(text)
-    languages = (identifier or shipped_identifier()).turn_languages(distinct, text)
-    verdict = None
-    covered: frozenset[str] | None = None
-    if classifier:
-        verdict = classifier.classify_sentences(distinct)
-        # sentences it did not read (past its cost bound): the turn is not covered
-        covered = None if verdict.unclassified_sentences else classifier.languages
-    return TurnSafety(
-        safety=min(keyword, verdict.safety) if verdict else keyword,
-        keyword_safety=keyword,
-        violation_weight=weight,
-        critical=critical,
-        matches=matches,
-        classifier=verdict,
-        languages=languages,
-        coverage=safety_coverage(languages, covered, len(distinct)),
+    identifier = identifier or shipped_identifier()
+    replies = [distinct_sentences(text) for text in texts]
+    verdicts: list[ClassifierVerdict | None] = (
+        list(classifier.classify_many(replies)) if classifier else [None] * len(texts)
     )
+    found = []
+    for text, distinct, verdict in zip(texts, replies, verdicts, strict=True):
+        matches = tuple(patterns.find(text))
+        critical = any(match.severity == "critical" for match in matches)
+        weight = turn_violation_weight(matches, settings.severity_weights)
+        keyword = keyword_safety([weight], critical)
+        languages = identifier.turn_languages(distinct, text)
+        # sentences the classifier did not read (past its cost bound): not covered
+        covered = None
+        if classifier and verdict is not None and not verdict.unclassified_sentences:
+            covered = classifier.languages
+        found.append(
+            TurnSafety(
+                safety=min(keyword, verdict.safety) if verdict else keyword,
+                keyword_safety=keyword,
+                violation_weight=weight,
+                critical=critical,
+                matches=matches,
+                classifier=verdict,
+                languages=languages,
+                coverage=safety_coverage(languages, covered, len(distinct)),
+            )
+        )
+    return found
 
 
 def score_turn(
@@ -280,10 +299,12 @@ def score_turn(
     settings: AlignmentSettings,
     patterns: SafetyPatterns | None = None,
     classifier: SafetyClassifier | bool | None = True,
+    safety: TurnSafety | None = None,
 ) -> TurnScore:
     """Score one assistant turn; `persona` must carry its example vectors.
 
-    `patterns` and `classifier` as in `score_safety`.
+    `patterns` and `classifier` as in `score_safety`; `safety`, the turn's
+    `score_safety` when already computed (`score_safety_many`).
     """
     if persona.example_vectors is None:
         raise ValueError(f"persona {persona.id!r} has no example vectors (use PersonaCatalog)")
@@ -301,7 +322,8 @@ def score_turn(
             (lexicon.score if lexicon else None, weights.lexicon),
         ]
     )
-    safety = score_safety(text, settings, patterns, classifier)
+    if safety is None:
+        safety = score_safety(text, settings, patterns, classifier)
     return TurnScore(
         persona_id=persona.id,
         style_sim=style_sim,
@@ -330,10 +352,13 @@ def safety_only_turn(
     settings: AlignmentSettings,
     patterns: SafetyPatterns | None = None,
     classifier: SafetyClassifier | bool | None = True,
+    safety: TurnSafety | None = None,
 ) -> TurnScore:
     """A turn sampled out of embedding under overload: its safety as `score_turn` gives
-    it, no authenticity (style, traits, lexicon null), `details.embedding: sampled_out`."""
-    safety = score_safety(text, settings, patterns, classifier)
+    it, no authenticity (style, traits, lexicon null), `details.embedding: sampled_out`.
+    `safety` as in `score_turn`."""
+    if safety is None:
+        safety = score_safety(text, settings, patterns, classifier)
     return TurnScore(
         persona_id=persona_id,
         style_sim=None,

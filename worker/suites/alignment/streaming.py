@@ -22,13 +22,15 @@ from worker.suites.alignment.embedding_model import Embedder, embedder_from_sett
 from worker.suites.alignment.judge_client import SafetyJudge
 from worker.suites.alignment.judge_verdict import with_verdict
 from worker.suites.alignment.language import shipped_identifier
-from worker.suites.alignment.personas import PersonaCatalog, personas_from_settings
+from worker.suites.alignment.personas import Persona, PersonaCatalog, personas_from_settings
 from worker.suites.alignment.safety_files import patterns_from_settings
 from worker.suites.alignment.scoring import (
     SessionState,
+    TurnSafety,
     TurnScore,
     classifier_from_settings,
     safety_only_turn,
+    score_safety_many,
     score_session,
     score_turn,
     session_transcript,
@@ -230,7 +232,7 @@ def alignment_turn_scorer(
     classifiers: Mapping[str, TraitClassifier | None],
     safety: SafetyClassifier | None,
     settings: AlignmentSettings,
-) -> Callable[[Any], TurnScore]:
+) -> AlignmentTurnScorer:
     """A scorer of `(persona_id, text, vector)` turns (a `TurnScore`), for the scoring
     pool's children: personas and safety patterns from the `alignment` section, with the
     example vectors, trait classifier and safety classifier (None: disabled) the caller
@@ -244,15 +246,48 @@ def alignment_turn_scorer(
         )
         for persona in personas_from_settings(settings).values()
     }
-    patterns = prepare_turn_scoring(settings)
+    return AlignmentTurnScorer(personas, settings, prepare_turn_scoring(settings), safety)
 
-    def score(turn: Any) -> TurnScore:
+
+class AlignmentTurnScorer:
+    """Scores `(persona_id, text, vector)` turns one by one; `prepare` first reads a
+    chunk's turns' safety at once (the classifier's numpy steps once per chunk, not per
+    turn), and each turn then takes its own."""
+
+    def __init__(
+        self,
+        personas: Mapping[str, Persona],
+        settings: AlignmentSettings,
+        patterns: SafetyPatterns,
+        classifier: SafetyClassifier | None,
+    ) -> None:
+        self.personas = personas
+        self.settings = settings
+        self.patterns = patterns
+        self.classifier = classifier
+        self._prepared: dict[str, TurnSafety] = {}
+
+    def prepare(self, turns: Sequence[Any]) -> None:
+        """The safety of these turns' texts, kept for their `__call__` (replacing what an
+        earlier chunk left)."""
+        texts = list(dict.fromkeys(turn[1] for turn in turns if _is_turn(turn)))
+        found = score_safety_many(texts, self.settings, self.patterns, self.classifier)
+        self._prepared = dict(zip(texts, found, strict=True))
+
+    def __call__(self, turn: Any) -> TurnScore:
         persona_id, text, vector = turn
-        persona = personas.get(persona_id)
+        persona = self.personas.get(persona_id)
         if persona is None:
             raise Rejected(UNKNOWN_PERSONA, f"unknown persona {persona_id!r}")
+        safety = self._prepared.pop(text, None) if isinstance(text, str) else None
         if vector is None:
-            return safety_only_turn(text, persona_id, settings, patterns, safety)
-        return score_turn(text, persona, vector, settings, patterns, safety)
+            return safety_only_turn(
+                text, persona_id, self.settings, self.patterns, self.classifier, safety
+            )
+        return score_turn(
+            text, persona, vector, self.settings, self.patterns, self.classifier, safety
+        )
 
-    return score
+
+def _is_turn(turn: Any) -> bool:
+    return isinstance(turn, tuple) and len(turn) == 3 and isinstance(turn[1], str)
