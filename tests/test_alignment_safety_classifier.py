@@ -297,6 +297,7 @@ def test_a_state_written_before_the_classifier_reads_as_unclassified(settings: S
     assert replace(old.turns[0]).classified is False
 
 
+@pytest.mark.build
 def test_the_fast_probabilities_are_the_fitted_models_own() -> None:
     classifier = fitted()
     texts = [t for texts in HELD_OUT.values() for t in texts] + ["", "zzz qqq", "a" * 500]
@@ -317,6 +318,7 @@ UNUSUAL_TEXTS = [
 ]
 
 
+@pytest.mark.build
 def test_every_sentence_of_a_batch_scores_as_it_does_alone() -> None:
     classifier = fitted()
     texts = UNUSUAL_TEXTS + [t for texts in HELD_OUT.values() for t in texts][:40]
@@ -335,6 +337,7 @@ def test_every_sentence_of_a_batch_scores_as_it_does_alone() -> None:
         max_size=6,
     )
 )
+@pytest.mark.build
 def test_the_packed_n_grams_score_any_text_as_scikit_learn_does(texts: list[str]) -> None:
     classifier = fitted()
     assert np.allclose(
@@ -418,6 +421,7 @@ def test_a_long_reply_is_classified_up_to_its_bound_and_the_rest_is_counted() ->
 # ---------------------------------------------------------------- the shipped artefact
 
 
+@pytest.mark.build
 def test_the_artefact_refitted_from_the_shipped_data_has_the_committed_digest() -> None:
     """The artefact can never drift from its data: fitted again from the training files,
     it has the digest committed in worker/data/model_digests.json (`scorestream models
@@ -427,6 +431,7 @@ def test_the_artefact_refitted_from_the_shipped_data_has_the_committed_digest() 
     assert safety_artefact.artefact_digest(fitted().model) == committed["artefact_digest"]
 
 
+@pytest.mark.build
 def test_a_saved_artefact_loads_mapped_and_scores_as_the_fitted_model(tmp_path: Path) -> None:
     directory = tmp_path / "safety_classifier"
     manifest = safety_artefact.save_classifier(fitted(), directory)
@@ -441,6 +446,7 @@ def test_a_saved_artefact_loads_mapped_and_scores_as_the_fitted_model(tmp_path: 
     assert np.array_equal(copy.probabilities(texts), loaded.probabilities(texts))
 
 
+@pytest.mark.build
 def test_a_stale_or_missing_artefact_is_not_used(tmp_path: Path) -> None:
     directory = tmp_path / "safety_classifier"
     with pytest.raises(safety_artefact.ArtefactError, match="no artefact"):
