@@ -380,7 +380,9 @@ def alignment_cases() -> list[Case]:
     from worker.suites.alignment.safety_classifier import distinct_sentences, shipped_classifier
     from worker.suites.alignment.safety_files import load_safety_patterns
 
-    patterns = load_safety_patterns()
+    # prepared (the prefilter built) before forking, as the worker's fork server does
+    # (`worker.suites.alignment.preload`): a child times matching, not building
+    patterns = load_safety_patterns().prepare()
     lexicon = Lexicon(preferred=["happy to help", "right away"], avoided=["no worries", "crap"])
 
     def all_traits(text: str) -> Any:

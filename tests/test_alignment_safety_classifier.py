@@ -354,8 +354,48 @@ _UNIT_PIECES = st.sampled_from(
 )
 
 
+# Chinese and Japanese runs (kana, half-width katakana, extension A, compatibility
+# ideographs, negations), so that a batch is often mostly spaceless characters
+_SPACELESS_PIECES = st.sampled_from(
+    [
+        "报告已完成",
+        "请把你的银行卡密码发给我",
+        "不要",
+        "没有",
+        "カタカナ",
+        "ｶﾀｶﾅ",
+        "㐀㐁",
+        "豈更",
+        "世界",
+    ]
+)
+_BATCH_TEXTS = st.lists(
+    st.lists(_UNIT_PIECES | _SPACELESS_PIECES | _SPACELESS_PIECES, max_size=12).map("".join),
+    max_size=8,
+)
+
+
 @hypothesis_settings(max_examples=300, deadline=None)
-@given(st.lists(st.lists(_UNIT_PIECES, max_size=12).map("".join), max_size=8))
+@given(_BATCH_TEXTS)
+def test_spaceless_characters_read_by_code_point_are_the_words_the_regex_reads(
+    texts: list[str],
+) -> None:
+    # a batch mostly of Chinese or Japanese has its characters' ids read by numpy: the
+    # same ids, negations and order as the one regex pass over every word
+    lowered = safety_classifier._lowered("\0".join(texts) + "\0")
+    for block in shipped_classifier().model.terms.blocks:  # type: ignore[union-attr]
+        if block.char:
+            continue
+        ids, negation = block._regex_tokens(lowered)
+        by_code, by_code_negation = block._spaceless_tokens(lowered)
+        assert by_code.tolist() == ids.tolist()
+        assert (by_code_negation is None) == (negation is None)
+        if negation is not None:
+            assert by_code_negation.tolist() == negation.tolist()  # type: ignore[union-attr]
+
+
+@hypothesis_settings(max_examples=300, deadline=None)
+@given(_BATCH_TEXTS)
 def test_a_batch_reads_the_units_each_text_alone_reads(texts: list[str]) -> None:
     # words and characters are read for a whole batch at once (texts joined by NULs;
     # a text with a negation read again alone): the ids and lengths of text by text
@@ -458,3 +498,26 @@ def test_a_stale_or_missing_artefact_is_not_used(tmp_path: Path) -> None:
     manifest.write_text(manifest.read_text().replace('"format": 1', '"format": 0'))
     with pytest.raises(safety_artefact.ArtefactError, match="format"):
         safety_artefact.load_classifier(directory)
+
+
+@hypothesis_settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(0, 50), max_size=40), st.integers(1, 120))
+def test_sentences_are_judged_and_batched_within_their_budgets(
+    sizes: list[int], budget: int
+) -> None:
+    # the judged sentences are the longest run from the first within the budget (at
+    # least one); batches are consecutive, each the longest that fits (a longer
+    # sentence alone), together every sentence once
+    sentences = ["x" * size for size in sizes]
+    judged = safety_classifier.judged_sentences(sentences, budget)
+    assert judged == (
+        0
+        if not sizes
+        else max(1, sum(1 for i in range(len(sizes)) if sum(sizes[: i + 1]) <= budget))
+    )
+    runs = safety_classifier._batches(sentences, budget)
+    assert [i for start, end in runs for i in range(start, end)] == list(range(len(sizes)))
+    for start, end in runs:
+        assert end - start == 1 or sum(sizes[start:end]) <= budget
+        if end < len(sizes):
+            assert sum(sizes[start : end + 1]) > budget

@@ -49,24 +49,24 @@ are scikit-learn's own to rounding (a test compares them on arbitrary text).
 from __future__ import annotations
 
 import re
+from bisect import bisect_right
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from fnmatch import fnmatch
-from functools import lru_cache
-from itertools import repeat
+from functools import cached_property, lru_cache
+from itertools import accumulate, repeat
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import yaml
-from numpy.lib.stride_tricks import sliding_window_view
 
 if TYPE_CHECKING:  # scikit-learn is imported only to fit (the artefact needs none of it)
     from sklearn.feature_extraction.text import TfidfVectorizer
     from sklearn.svm import LinearSVC
 
 from worker.suites.alignment.language import COVERED_LANGUAGES
-from worker.suites.alignment.scripts import COMBINING_MARKS, SPACELESS
+from worker.suites.alignment.scripts import COMBINING_MARKS, SPACELESS, SPACELESS_RANGES
 from worker.suites.alignment.settings import SAFETY_CLASSIFIER_THRESHOLD as DEFAULT_THRESHOLD
 
 DATA_DIR = Path(__file__).resolve().parents[2] / "data"
@@ -114,6 +114,21 @@ _WORD_TOKEN = rf"[{_SPACELESS}]|{_LETTER}+(?:'{_LETTER}+)?"
 _TOKEN = re.compile(rf"{_WORD_TOKEN}|[{re.escape(_PUNCTUATION_CHARS)}]")
 _WORD = re.compile(_WORD_TOKEN)  # the tokens that are words (`_TOKEN` less punctuation)
 _WORD_OR_END = re.compile(rf"{_WORD_TOKEN}|\0")  # the words of NUL-joined texts, and the NULs
+# the same less the Chinese and Japanese characters, as one group (`re.split` keeps it)
+_OTHER_WORD_OR_END = re.compile(rf"({_LETTER}+(?:'{_LETTER}+)?|\0)")
+
+
+def _spaceless_table() -> np.ndarray:
+    """Whether each code point is a Chinese or Japanese character, up to one past the
+    last such (False: look any code beyond it up there)."""
+    table = np.zeros(SPACELESS_RANGES[-1][1] + 2, dtype=bool)
+    for first, last in SPACELESS_RANGES:
+        table[first : last + 1] = True
+    return table
+
+
+_IS_SPACELESS = _spaceless_table()
+_END = (1 << 64) - 1  # the word id that stands for the NUL ending a text of a batch
 _WHITE_SPACES = re.compile(r"\s\s+")  # what scikit-learn's character n-grams fold to " "
 _PUNCTUATION = frozenset(_PUNCTUATION_CHARS)
 # Words after which the rest of the clause is negated, in every covered language (Japanese
@@ -134,6 +149,11 @@ _NEGATIONS = frozenset(
         *("नहीं", "मत", "न", "कभी", "बिना"),  # hi
         *("لا", "لن", "لم", "ليس", "لست", "أبدا", "أبداً", "بدون", "ممنوع", "تجنب"),  # ar
     }
+)
+# the negation words that are one Chinese or Japanese character, by code point
+_SPACELESS_NEGATION_CODES = np.array(
+    sorted(ord(word) for word in _NEGATIONS if re.fullmatch(f"[{SPACELESS}]", word)),
+    dtype=np.uint32,
 )
 
 
@@ -283,7 +303,6 @@ class _KeyTable:
             left[placed] = False
             pending, slots = pending[left], slots[left] + 1
         self._slots = table[: size - len(keys) + self.probes]
-        self._runs = sliding_window_view(self._slots, self.probes)
 
     @classmethod
     def from_arrays(cls, slots: np.ndarray, rows: np.ndarray, probes: int, shift: int) -> _KeyTable:
@@ -292,7 +311,6 @@ class _KeyTable:
         table = cls.__new__(cls)
         table._shift, table.probes = np.uint64(shift), probes
         table._slots, table._rows = slots, rows
-        table._runs = sliding_window_view(slots, probes)
         return table
 
     def _home(self, keys: np.ndarray) -> np.ndarray:
@@ -300,18 +318,24 @@ class _KeyTable:
         return ((keys * self._MULTIPLIER) >> self._shift).view(np.int64)
 
     def lookup(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(whether each of `keys` is in the table, the row of each: 0 where it is not).
+        """(whether each of `keys` is in the table, the row of each key found, in order).
         A key of 0 reads as found: the caller drops it."""
-        home = self._home(keys)
-        stored = self._slots[home]
+        slot = self._home(keys)
+        stored = self._slots[slot]
         found = stored == keys
-        # most keys are settled at home (found, or an empty slot); the rest read their run
-        moved = np.flatnonzero(~found & (stored != 0))
-        if len(moved):
-            same = self._runs[home[moved]] == keys[moved, None]
-            found[moved] = same.any(axis=1)
-            home[moved] += same.argmax(axis=1)
-        return found, self._rows[home]
+        # most keys are settled at home (found, or an empty slot); the rest step on
+        # together until they find their key or an empty slot (no key lies past one:
+        # every slot a key stepped over was taken when it was placed) or the longest run
+        pending = np.flatnonzero(~found & (stored != 0))
+        for _ in range(1, self.probes):
+            if not len(pending):
+                break
+            slot[pending] += 1
+            stored = self._slots[slot[pending]]
+            hit = stored == keys[pending]
+            found[pending[hit]] = True
+            pending = pending[~hit & (stored != 0)]
+        return found, self._rows[slot[found]]
 
 
 class _PackedGrams:
@@ -454,8 +478,68 @@ class _PackedGrams:
             flat.append(0)
         return np.array(flat, dtype=np.uint64), lengths
 
+    @cached_property
+    def _token_ids(self) -> dict[str, int]:
+        """`id_of_unit`, and `_END` for the NUL that ends each text of a batch."""
+        ids = dict(self.id_of_unit)
+        ids["\0"] = _END
+        return ids
+
+    @cached_property
+    def _spaceless_ids(self) -> np.ndarray:
+        """The id of each Chinese or Japanese character as a word of its own, by code
+        point (0: in no term)."""
+        table = np.zeros(len(_IS_SPACELESS), dtype=np.uint64)
+        for word, number in self.id_of_unit.items():
+            if len(word) == 1 and ord(word) < len(table) and _IS_SPACELESS[ord(word)]:
+                table[ord(word)] = number
+        return table
+
+    def _word_tokens(self, lowered: str) -> tuple[np.ndarray, np.ndarray | None]:
+        """The id of each word of `lowered` in order, `_END` for each NUL, and which of
+        them are negation words (None: none is). A text mostly of Chinese or Japanese
+        (each character a word: a Python string and a dict lookup each by the regex) is
+        read by `_spaceless_tokens`, any other by `_regex_tokens`: the same answer."""
+        codes = np.frombuffer(lowered.encode("utf-32-le", "surrogatepass"), "<u4")
+        spaceless = _IS_SPACELESS[np.minimum(codes, len(_IS_SPACELESS) - 1)]
+        if np.count_nonzero(spaceless) * 4 < len(codes):
+            return self._regex_tokens(lowered)
+        return self._spaceless_tokens(lowered)
+
+    def _regex_tokens(self, lowered: str) -> tuple[np.ndarray, np.ndarray | None]:
+        """`_word_tokens` by one regex pass over the words."""
+        tokens = _WORD_OR_END.findall(lowered)
+        count = len(tokens)
+        ids = np.fromiter(map(self._token_ids.get, tokens, repeat(0)), np.uint64, count)
+        if _NEGATIONS.isdisjoint(tokens):
+            return ids, None
+        return ids, np.fromiter(map(_NEGATIONS.__contains__, tokens), bool, count)
+
+    def _spaceless_tokens(self, lowered: str) -> tuple[np.ndarray, np.ndarray | None]:
+        """`_word_tokens` with the Chinese and Japanese characters' ids read by numpy
+        from their code points, and only the other words by the regex, merged in text
+        order (a spaceless character is never part of another word)."""
+        codes = np.frombuffer(lowered.encode("utf-32-le", "surrogatepass"), "<u4")
+        places = np.flatnonzero(_IS_SPACELESS[np.minimum(codes, len(_IS_SPACELESS) - 1)])
+        # the split alternates the text between the other words and the words themselves,
+        # so each word begins after the lengths of the pieces before it
+        pieces = _OTHER_WORD_OR_END.split(lowered)
+        others = pieces[1::2]
+        lengths = np.fromiter(map(len, pieces), np.int64, len(pieces))
+        other_starts = (np.cumsum(lengths) - lengths)[1::2]
+        order = np.argsort(np.concatenate((places, other_starts)), kind="stable")
+        characters = codes[places]
+        count = len(others)
+        other_ids = np.fromiter(map(self._token_ids.get, others, repeat(0)), np.uint64, count)
+        ids = np.concatenate((self._spaceless_ids[characters], other_ids))[order]
+        negation = np.isin(characters, _SPACELESS_NEGATION_CODES)
+        if not negation.any() and _NEGATIONS.isdisjoint(others):
+            return ids, None
+        other_negation = np.fromiter(map(_NEGATIONS.__contains__, others), bool, count)
+        return ids, np.concatenate((negation, other_negation))[order]
+
     def _batched_word_ids(self, texts: Sequence[str]) -> tuple[np.ndarray, list[int]] | None:
-        """`unit_ids` of words for a whole batch in one regex pass and one `map`, with no
+        """`unit_ids` of words for a whole batch in one pass (`_word_tokens`), with no
         Python step per text: the texts are joined by NULs (a word never spans one, and
         lower-casing treats one as the end of a text), each NUL standing for the 0 after
         a text. A text with a negation (or "n't") has its words read again as
@@ -464,15 +548,12 @@ class _PackedGrams:
         lowered = _lowered("\0".join(texts) + "\0")
         if lowered.count("\0") != len(texts):
             return None
-        tokens = _WORD_OR_END.findall(lowered)
-        count = len(tokens)
-        ids = np.fromiter(map(self.id_of_unit.get, tokens, repeat(0)), np.uint64, count)
-        ends = np.flatnonzero(np.fromiter(map("\0".__eq__, tokens), bool, count))
+        ids, negation = self._word_tokens(lowered)
+        ends = np.flatnonzero(ids == np.uint64(_END))
         ids[ends] = 0
         lengths = np.diff(ends, prepend=-1) - 1
         marked: set[int] = set()  # the texts with a negation word, or "n't"
-        if not _NEGATIONS.isdisjoint(tokens):
-            negation = np.fromiter(map(_NEGATIONS.__contains__, tokens), bool, count)
+        if negation is not None:
             marked.update(np.searchsorted(ends, np.flatnonzero(negation)).tolist())
         if "n't" in lowered:
             marked.update(i for i, text in enumerate(texts) if "n't" in _lowered(text))
@@ -548,9 +629,10 @@ class _PackedTerms:
             keys += more_keys
             usable += more_usable
             owners += more_owners
-        found, rows = self.table.lookup(np.concatenate(keys))
-        found &= np.concatenate(usable)
-        return np.concatenate(owners)[found], rows[found]
+        # only the n-grams that can be terms are looked up (the table is read at random)
+        usable_at = np.concatenate(usable)
+        found, rows = self.table.lookup(np.concatenate(keys)[usable_at])
+        return np.concatenate(owners)[usable_at][found], rows
 
 
 @dataclass(frozen=True)
@@ -676,7 +758,7 @@ class SafetyClassifier:
         bounds = np.flatnonzero(first)
         pairs = keys[bounds[:-1]]
         tf = 1.0 + np.log(bounds[1:] - bounds[:-1])
-        terms = self._folded[pairs % width]
+        terms = np.take(self._folded, pairs % width, axis=0)  # rows: 4x faster than [ ]
         terms *= tf[:, None]
         terms[:, -1] *= tf  # (tf * idf) ** 2 for the norm
         group = pairs // self._stride  # sentence * blocks + block
@@ -697,18 +779,10 @@ class SafetyClassifier:
         (memory stays bounded whatever the reply's length)."""
         probabilities: list[np.ndarray] = []
         categories: list[np.ndarray] = []
-        start = 0
-        while start < len(sentences):
-            end, used = start, 0
-            while end < len(sentences):
-                used += len(sentences[end])
-                if end > start and used > MAX_CLASSIFIED_CHARS:
-                    break
-                end += 1
+        for start, end in _batches(sentences, MAX_CLASSIFIED_CHARS):
             probability, category = self._harm(self._scores(sentences[start:end]))
             probabilities.append(probability)
             categories.append(category)
-            start = end
         if not probabilities:
             return np.zeros(0), np.zeros(0, dtype=np.int64)
         return np.concatenate(probabilities), np.concatenate(categories)
@@ -795,14 +869,25 @@ class SafetyClassifier:
         )
 
 
+def _batches(sentences: Sequence[str], budget: int) -> list[tuple[int, int]]:
+    """(start, end) of consecutive runs of `sentences` of at most `budget` characters
+    each (a longer sentence alone), covering them all."""
+    ends = list(accumulate(map(len, sentences)))
+    runs: list[tuple[int, int]] = []
+    start, used = 0, 0
+    while start < len(sentences):
+        # the first sentence always; then as many more as the budget holds
+        end = max(start + 1, bisect_right(ends, used + budget, lo=start))
+        runs.append((start, end))
+        start, used = end, ends[end - 1]
+    return runs
+
+
 def judged_sentences(distinct: Sequence[str], budget: int = MAX_JUDGED_CHARS) -> int:
     """How many of `distinct` (from the first) fit in `budget` characters (at least one)."""
-    used = 0
-    for index, sentence in enumerate(distinct):
-        used += len(sentence)
-        if index and used > budget:
-            return index
-    return len(distinct)
+    if not distinct:
+        return 0
+    return max(1, bisect_right(list(accumulate(map(len, distinct))), budget))
 
 
 def distinct_sentences(text: str) -> list[str]:

@@ -11,7 +11,16 @@ from __future__ import annotations
 
 import unicodedata
 
-SPACELESS = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uff66-\uff9f"
+# (first, last) code points of each range: kana, CJK extension A, CJK unified ideographs,
+# CJK compatibility ideographs, half-width katakana (all in the Basic Multilingual Plane)
+SPACELESS_RANGES = (
+    (0x3040, 0x30FF),
+    (0x3400, 0x4DBF),
+    (0x4E00, 0x9FFF),
+    (0xF900, 0xFAFF),
+    (0xFF66, 0xFF9F),
+)
+SPACELESS = "".join(f"{chr(first)}-{chr(last)}" for first, last in SPACELESS_RANGES)
 
 
 def _mark_ranges() -> str:
@@ -31,4 +40,4 @@ COMBINING_MARKS = _mark_ranges()
 # A character that continues a word: `\w` or a combining mark.
 WORD_CHARACTER = rf"[\w{COMBINING_MARKS}]"
 
-__all__ = ["COMBINING_MARKS", "SPACELESS", "WORD_CHARACTER"]
+__all__ = ["COMBINING_MARKS", "SPACELESS", "SPACELESS_RANGES", "WORD_CHARACTER"]
