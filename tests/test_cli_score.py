@@ -47,6 +47,7 @@ def score(
 # ---------------------------------------------------------------- exit codes
 
 
+@pytest.mark.system
 def test_all_pass_exits_0(tmp_path: Path) -> None:
     done = score(GOLDEN, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
@@ -54,6 +55,7 @@ def test_all_pass_exits_0(tmp_path: Path) -> None:
     assert "Total Cases: 6" in done.stdout
 
 
+@pytest.mark.system
 def test_review_without_fail_exits_2(tmp_path: Path) -> None:
     done = score(I25, cwd=tmp_path)
     assert done.returncode == 2, done.stderr
@@ -62,21 +64,25 @@ def test_review_without_fail_exits_2(tmp_path: Path) -> None:
     )
 
 
+@pytest.mark.system
 def test_any_fail_exits_1(tmp_path: Path) -> None:
     assert score(ENVELOPES, cwd=tmp_path).returncode == 1
 
 
+@pytest.mark.system
 def test_strict_ah_flag_turns_a_violation_into_a_fail(tmp_path: Path) -> None:
     done = score(I25, "--strict-ah", "--format", "json", cwd=tmp_path)
     assert done.returncode == 1
     assert json.loads(done.stdout)["summary"]["fail"] == 1
 
 
+@pytest.mark.system
 def test_seed_environment_variable_sets_strict_ah(tmp_path: Path) -> None:
     done = score(I25, cwd=tmp_path, env=clean_env(SAFE_V0_AH_STRICT="true"))
     assert done.returncode == 1
 
 
+@pytest.mark.system
 def test_config_file_thresholds_apply(tmp_path: Path) -> None:
     config = tmp_path / "c.yaml"
     config.write_text(
@@ -90,18 +96,21 @@ def test_config_file_thresholds_apply(tmp_path: Path) -> None:
 # ---------------------------------------------------------------- errors: exit 3
 
 
+@pytest.mark.system
 def test_missing_file_exits_3(tmp_path: Path) -> None:
     done = score(I25, tmp_path / "nope.jsonl", cwd=tmp_path)
     assert done.returncode == 3
     assert "nope.jsonl: no such file" in done.stderr
 
 
+@pytest.mark.system
 def test_unknown_flag_exits_3_not_2(tmp_path: Path) -> None:
     done = score(I25, "--no-such-flag", cwd=tmp_path)
     assert done.returncode == 3
     assert "unrecognized arguments" in done.stderr
 
 
+@pytest.mark.system
 def test_bad_config_exits_3_naming_the_key(tmp_path: Path) -> None:
     config = tmp_path / "c.yaml"
     config.write_text("safe:\n  weights: {CR: -1}\n", encoding="utf-8")
@@ -110,6 +119,7 @@ def test_bad_config_exits_3_naming_the_key(tmp_path: Path) -> None:
     assert "safe.weights.CR" in done.stderr
 
 
+@pytest.mark.system
 def test_nothing_scorable_exits_3(tmp_path: Path) -> None:
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"test_id": "x", "output": {"signals": [1]}}\nnot json\n', encoding="utf-8")
@@ -119,6 +129,7 @@ def test_nothing_scorable_exits_3(tmp_path: Path) -> None:
     assert f"{bad}:2: (json): not valid JSON" in done.stderr
 
 
+@pytest.mark.system
 def test_unknown_concern_exits_3(tmp_path: Path) -> None:
     done = score(I25, "--concern", "Z99", cwd=tmp_path)
     assert done.returncode == 3
@@ -128,6 +139,7 @@ def test_unknown_concern_exits_3(tmp_path: Path) -> None:
 # ---------------------------------------------------------------- malformed rows
 
 
+@pytest.mark.system
 def test_malformed_line_is_reported_and_the_rest_is_scored(tmp_path: Path) -> None:
     lines = I25.read_text(encoding="utf-8").splitlines()
     broken = json.loads(lines[1])
@@ -146,6 +158,7 @@ def test_malformed_line_is_reported_and_the_rest_is_scored(tmp_path: Path) -> No
     assert done.returncode == 3  # the report is written, but not every row was scored
 
 
+@pytest.mark.system
 def test_malformed_envelope_names_the_payload_field(tmp_path: Path) -> None:
     good = ENVELOPES.read_text(encoding="utf-8").splitlines()[0]
     bad = json.loads(good)
@@ -165,6 +178,7 @@ def _without_output(case: dict[str, object]) -> dict[str, object]:
     return {key: value for key, value in case.items() if key != "output"}
 
 
+@pytest.mark.system
 def test_case_without_output_is_scored_as_empty_output_in_both_paths(tmp_path: Path) -> None:
     case = _without_output(json.loads(I25.read_text(encoding="utf-8").splitlines()[0]))
     native = tmp_path / "native.jsonl"
@@ -183,6 +197,7 @@ def test_case_without_output_is_scored_as_empty_output_in_both_paths(tmp_path: P
         assert result["label"] == "Fail"
 
 
+@pytest.mark.system
 def test_another_suites_rows_are_errors_not_empty_cases(tmp_path: Path) -> None:
     report = tmp_path / "report.json"
     done = score(I25, "--suite", "extraction", "--format", "json", "--output", report, cwd=tmp_path)
@@ -194,6 +209,7 @@ def test_another_suites_rows_are_errors_not_empty_cases(tmp_path: Path) -> None:
     assert f"{ENVELOPES}:1: suite: a safe envelope, not extraction (--suite)" in envelopes.stderr
 
 
+@pytest.mark.system
 def test_report_is_written_before_exit_3_for_unscorable_rows(tmp_path: Path) -> None:
     lines = I25.read_text(encoding="utf-8").splitlines()
     path = tmp_path / "some_bad.jsonl"
@@ -208,6 +224,7 @@ def test_report_is_written_before_exit_3_for_unscorable_rows(tmp_path: Path) -> 
 # ---------------------------------------------------------------- formats and options
 
 
+@pytest.mark.system
 def test_json_to_stdout_is_the_safe_report(tmp_path: Path) -> None:
     done = score(I25, "--format", "json", cwd=tmp_path)
     report = json.loads(done.stdout)
@@ -216,6 +233,7 @@ def test_json_to_stdout_is_the_safe_report(tmp_path: Path) -> None:
     assert report["summary"]["review"] == 3
 
 
+@pytest.mark.system
 def test_json_report_to_a_file(tmp_path: Path) -> None:
     target = tmp_path / "out" / "golden.json"
     done = score(GOLDEN, "--format", "json", "--output", target, cwd=tmp_path)
@@ -226,6 +244,7 @@ def test_json_report_to_a_file(tmp_path: Path) -> None:
     assert len(report["results"]) == 6
 
 
+@pytest.mark.system
 def test_markdown_goes_to_the_report_dir_named_after_the_concern(tmp_path: Path) -> None:
     reports = tmp_path / "rep"
     env = clean_env(SAFE_V0_REPORT_DIR=str(reports))
@@ -236,6 +255,7 @@ def test_markdown_goes_to_the_report_dir_named_after_the_concern(tmp_path: Path)
     assert written[0].read_text(encoding="utf-8").startswith("# SAFE v0 Scorecard - I25")
 
 
+@pytest.mark.system
 def test_format_all_writes_json_and_markdown_and_prints_the_scorecard(tmp_path: Path) -> None:
     out = tmp_path / "all"
     done = score(I25, "--format", "all", "--output", out, cwd=tmp_path)
@@ -244,6 +264,7 @@ def test_format_all_writes_json_and_markdown_and_prints_the_scorecard(tmp_path: 
     assert len(list(out.glob("SAFE_v0_I25_*.md"))) == 1
 
 
+@pytest.mark.system
 def test_concern_filters_cases_and_names_the_report(tmp_path: Path) -> None:
     done = score(ENVELOPES, "--concern", "J18", "--format", "json", cwd=tmp_path)
     report = json.loads(done.stdout)
@@ -252,12 +273,14 @@ def test_concern_filters_cases_and_names_the_report(tmp_path: Path) -> None:
     assert {r["test_id"][:3] for r in report["results"]} == {"J18"}
 
 
+@pytest.mark.system
 def test_several_files_and_forms_are_scored_together(tmp_path: Path) -> None:
     done = score(I25, GOLDEN, ENVELOPES, "--suite", "safe", "--format", "json", cwd=tmp_path)
     assert done.returncode == 1
     assert json.loads(done.stdout)["summary"]["total_cases"] == 5 + 6 + 20
 
 
+@pytest.mark.system
 def test_verbose_console_lists_case_details(tmp_path: Path) -> None:
     done = score(I25, "--verbose", cwd=tmp_path)
     assert "AH violations: ['policy', 'violated']" in done.stdout

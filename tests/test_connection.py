@@ -84,6 +84,7 @@ def scorestream(args: list[str], port: int, tmp_path: Path) -> tuple[int, str, f
     return done.returncode, done.stderr, time.monotonic() - started
 
 
+@pytest.mark.system
 @pytest.mark.parametrize("command", sorted(COMMANDS))
 def test_no_broker_is_one_line_and_exit_3(command: str, tmp_path: Path) -> None:
     port = free_port()
@@ -95,6 +96,7 @@ def test_no_broker_is_one_line_and_exit_3(command: str, tmp_path: Path) -> None:
     assert f"127.0.0.1:{port}" in line
 
 
+@pytest.mark.system
 @pytest.mark.parametrize("command", sorted(COMMANDS))
 def test_a_broker_that_never_answers_times_out_with_a_message(
     command: str, silent_server: int, tmp_path: Path

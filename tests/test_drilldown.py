@@ -298,6 +298,7 @@ def run_cli(*argv: str, stdin: str | None = None) -> tuple[int, str]:
     return done.returncode, done.stderr.decode()
 
 
+@pytest.mark.system
 def test_results_usage_errors_are_one_line_and_exit_3(tmp_path: Any) -> None:
     event = tmp_path / "event.json"
     event.write_text('{"gate": "g", "state": "firing"}', encoding="utf-8")
@@ -316,6 +317,7 @@ def test_results_usage_errors_are_one_line_and_exit_3(tmp_path: Any) -> None:
     assert (code, "--segment: expected key=value" in err) == (3, True)
 
 
+@pytest.mark.system
 def test_results_without_a_broker_is_one_line_and_exit_3() -> None:
     code, err = run_cli(
         *("--suite", "safe", "--window-start", "2026-01-01T12:00:00Z", "--window", "1m"),

@@ -22,6 +22,8 @@ TRICKLE_SECONDS = 8  # one byte per socket per second, then the attack stops
 TRICKLE_REQUEST = b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"a" * 64
 ANSWER_WITHIN = 1.0  # seconds, for every request of a well-behaved client
 
+pytestmark = pytest.mark.system  # seconds of real sockets: not in the fast lane
+
 
 @pytest.fixture(autouse=True)
 def enough_file_descriptors() -> None:

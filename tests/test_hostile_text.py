@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
+from functools import cache
 from unittest import mock
 
 import numpy as np
@@ -206,7 +207,15 @@ _SAFETY_WORDS = sorted(
     }
 )
 _REGEXES = [pattern.regex for pattern in _SHIPPED_SAFETY.patterns]
-_PREFILTER = LiteralPrefilter(_REGEXES)
+
+
+@cache
+def _prefilter() -> LiteralPrefilter:
+    """The shipped patterns' prefilter, built by the first test that reads it (about a
+    second: not at collection, in every worker)."""
+    return LiteralPrefilter(_REGEXES)
+
+
 _PIECES = st.sampled_from(
     [
         *_SAFETY_WORDS,
@@ -236,7 +245,7 @@ def _spans(hits: Iterable[re.Match[str]]) -> list[tuple[int, int, str]]:
 def test_the_prefilter_finds_what_finditer_finds(pieces: list[tuple[str, bool]]) -> None:
     # Shipped safety words in any case, with the letters Unicode case-folds onto ASCII.
     text = "".join(piece.upper() if upper else piece for piece, upper in pieces)
-    found = _PREFILTER.finditer_all(text)
+    found = _prefilter().finditer_all(text)
     assert [_spans(hits) for hits in found] == [_spans(r.finditer(text)) for r in _REGEXES]
 
 
@@ -297,7 +306,7 @@ def test_the_prefilter_finds_what_finditer_finds_next_to_letters(
     pieces: list[tuple[str, bool]],
 ) -> None:
     text = "".join(piece.upper() if upper else piece for piece, upper in pieces)
-    found = _PREFILTER.finditer_all(text)
+    found = _prefilter().finditer_all(text)
     assert [_spans(hits) for hits in found] == [_spans(r.finditer(text)) for r in _REGEXES]
 
 
@@ -319,7 +328,7 @@ def test_the_prefilter_finds_what_finditer_finds_in_non_ascii_texts(
     pieces: list[tuple[str, bool]],
 ) -> None:
     text = "".join(piece.upper() if upper else piece for piece, upper in pieces)
-    found = _PREFILTER.finditer_all(text)
+    found = _prefilter().finditer_all(text)
     assert [_spans(hits) for hits in found] == [_spans(r.finditer(text)) for r in _REGEXES]
 
 
@@ -329,7 +338,7 @@ def test_the_automaton_reads_utf8_and_maps_back_to_characters() -> None:
     words = [word for word in _NON_ASCII_WORDS if len(word) > 3][:50]
     filler = "世界\U0001f600 " * 20_000
     text = filler + " ".join(words)
-    found = _PREFILTER.finditer_all(text)
+    found = _prefilter().finditer_all(text)
     expected = [_spans(r.finditer(text)) for r in _REGEXES]
     assert any(expected)
     assert [_spans(hits) for hits in found] == expected
@@ -344,7 +353,7 @@ def test_following_every_anchor_finds_what_finditer_finds(
     # every one is, whatever the text's size.
     text = "".join(piece.upper() if upper else piece for piece, upper in pieces)
     with mock.patch.object(literal_prefilter, "_FEW_PLACES", 0):
-        found = _PREFILTER.finditer_all(text)
+        found = _prefilter().finditer_all(text)
         assert [_spans(hits) for hits in found] == [_spans(r.finditer(text)) for r in _REGEXES]
 
 
@@ -362,7 +371,7 @@ def test_anchors_followed_the_other_way_find_what_finditer_finds(
         mock.patch.object(literal_prefilter, "_LOOKUP_RATIO", 0),
         mock.patch.object(literal_prefilter, "_NEAR_STEPS", 0),
     ):
-        found = _PREFILTER.finditer_all(text)
+        found = _prefilter().finditer_all(text)
         assert [_spans(hits) for hits in found] == [_spans(r.finditer(text)) for r in _REGEXES]
 
 

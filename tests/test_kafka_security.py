@@ -167,6 +167,7 @@ def tls_config(path: Path, port: int, certificates: Certificates, ca: Path) -> P
     return path
 
 
+@pytest.mark.system
 @pytest.mark.parametrize(
     "args", [["topics", "list"], ["produce", str(REPO / "examples/safe/envelopes.jsonl")]]
 )
@@ -182,6 +183,7 @@ def test_commands_speak_tls_with_the_client_certificate(
     assert "did not answer within 3s" in done.stderr and "Traceback" not in done.stderr
 
 
+@pytest.mark.system
 def test_a_server_certificate_from_another_ca_is_refused(
     tls_peer: TlsPeer, certificates: Certificates, tmp_path: Path
 ) -> None:

@@ -155,6 +155,7 @@ async def test_a_runaway_record_is_a_scoring_timeout_while_the_worker_stays_heal
     assert log.count("(Re-)joining group") == joins, "the worker lost its group:\n" + log[-3000:]
 
 
+@pytest.mark.system
 def test_score_names_a_row_past_the_deadline_and_exits_3(
     tmp_path: Path, spin_hook: None, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -235,6 +236,7 @@ streaming.alignment_turn_scorer = spinning_turn_scorer
 """
 
 
+@pytest.mark.system
 def test_score_scores_alignment_turns_under_the_deadline(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

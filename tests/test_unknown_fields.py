@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from schemas.envelope import ExtractionPayload, SafePayload
 from worker.input.files import parse_envelope
 from worker.input.unknown_fields import NATIVE_ROW_KEYS, unknown_fields, with_unknown_fields
@@ -89,6 +91,7 @@ def _score(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.system
 def test_score_reports_unknown_fields_in_the_result_details(tmp_path: Path) -> None:
     first, second = EXTRACTION.joinpath("cases.jsonl").read_text(encoding="utf-8").splitlines()[:2]
     misspelt = json.loads(second)
