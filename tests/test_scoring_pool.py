@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
+import threading
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -124,3 +127,39 @@ def test_a_sigterm_to_the_workers_process_group_leaves_its_children_scoring() ->
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["1", "None", "True"]
+
+
+async def test_a_case_that_arrives_while_the_pool_is_prepared_waits_then_is_scored(
+    pool: ScoringPool,
+) -> None:
+    # the worker starts its scoring processes in another thread while it joins its group:
+    # a case that arrives first waits for them (no second pool), then is scored
+    with ThreadPoolExecutor(1) as thread:
+        release = threading.Event()
+
+        def prepare() -> None:
+            release.wait(10)
+            pool.start()
+
+        preparing = thread.submit(prepare)
+        pool.prepared_by(preparing)
+        scoring = asyncio.ensure_future(pool.score(cases("abc")))
+        await asyncio.sleep(0.3)
+        assert not scoring.done() and pool._pool is None  # waiting, and no pool started
+        release.set()
+        (outcome,) = await asyncio.wait_for(scoring, 30)
+        assert outcome.scored is not None and outcome.scored.scores["length"] == 3.0
+
+
+async def test_a_case_never_scores_when_the_preparation_failed(pool: ScoringPool) -> None:
+    # the worker is stopping (it logs why): its records are neither scored nor
+    # dead-lettered, so the next worker scores them
+    failed: Future[None] = Future()
+    failed.set_exception(RuntimeError("no model"))
+    pool.prepared_by(failed)
+    scoring = asyncio.ensure_future(pool.score(cases("abc")))
+    await asyncio.sleep(0.3)
+    assert not scoring.done() and pool._pool is None
+    scoring.cancel()  # the worker's stop
+    with pytest.raises(asyncio.CancelledError):
+        await scoring

@@ -45,3 +45,17 @@ def test_a_stage_that_raises_is_still_timed() -> None:
 def test_this_process_has_run_for_a_while() -> None:
     ran = seconds_since_launch()
     assert ran is None or 0.0 <= ran < 3600.0
+
+
+def test_a_stage_that_ran_beside_others_is_timed_from_its_own_beginning() -> None:
+    # the worker joins its group while its models load in another thread: the join is
+    # timed from when it began, and the total is the wall time, not the sum of stages
+    clock = FakeClock()
+    stages = StartupStages(clock)
+    joining_from = stages.now()
+    with stages.stage("models"):
+        clock.now += 1.5
+    clock.now += 2.5
+    stages.mark("joining the group", since=joining_from)
+    assert stages.total == 4.0
+    assert stages.summary() == "start-up 4.0 s: models 1.5 s, joining the group 4.0 s"

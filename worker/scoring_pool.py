@@ -122,6 +122,7 @@ class ScoringPool:
         self.processes = processes or settings.stream.scoring_processes
         self.deadline = deadline if deadline is not None else settings.limits.scoring_deadline
         self._pool: ProcessPool | None = None
+        self._preparing: Future[Any] | None = None  # `prepared_by`: scoring waits for it
 
     def _started(self) -> ProcessPool:
         if self._pool is None:
@@ -160,6 +161,26 @@ class ScoringPool:
             self.close()
             raise RuntimeError(f"the scoring processes could not start: {exc!r}") from exc
 
+    def prepared_by(self, preparing: Future[Any]) -> None:
+        """Score nothing until `preparing` is done: the worker loads its models and starts
+        this pool (`start`) in another thread while it joins its group, and a record that
+        arrives meanwhile waits for them instead of starting a second pool. When the
+        preparation failed, scoring waits for good: the worker is stopping (it says why),
+        and its records are left for the next one, neither scored nor dead-lettered."""
+        self._preparing = preparing
+
+    async def _until_prepared(self) -> None:
+        preparing = self._preparing
+        if preparing is None:
+            return
+        if preparing.done() and not preparing.cancelled() and preparing.exception() is None:
+            self._preparing = None  # prepared: nothing to wait for from now on
+            return
+        try:
+            await asyncio.wrap_future(preparing)
+        except Exception:  # (a cancellation of this task goes on up)
+            await asyncio.Event().wait()  # never set: the worker's stop cancels this
+
     def close(self) -> None:
         """Stop the child processes (a running task is killed)."""
         if self._pool is not None:
@@ -187,6 +208,7 @@ class ScoringPool:
         return await self._run(records, [len(task[0]) for task in records], _RECORDS)
 
     async def _run(self, tasks: Sequence[Any], sizes: Sequence[int], kind: str) -> list[Outcome]:
+        await self._until_prepared()
         outcomes: list[Outcome | None] = [None] * len(tasks)
         for attempt in (1, 2):
             try:

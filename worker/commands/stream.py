@@ -88,15 +88,9 @@ def run_worker(args: argparse.Namespace) -> int:
             scorer = ScorestreamApp(settings, broker)
         except ConfigError as exc:
             raise UsageError(str(exc)) from None
-    scorer.scoring_pool.start_fork_server()  # it preloads while the models load here
-    with startup.stage("models"):
-        scorer.suites.warm_up()
-    with startup.stage("scoring processes"):
-        try:
-            scorer.scoring_pool.start()
-        except RuntimeError as exc:
-            raise UsageError(str(exc)) from None
+    scorer.scoring_pool.start_fork_server()  # it preloads while the models load
     scorer.startup = startup
+    scorer.prepare_while_joining()  # the models and scoring processes, beside the join
     watch_worker(scorer, settings)
     stopped_because: list[str] = []
 
@@ -128,6 +122,8 @@ def run_worker(args: argparse.Namespace) -> int:
     except SystemExit:
         if stopped_because:
             raise BrokerUnavailable(stopped_because[0]) from None
+        if scorer.preparation_error is not None:
+            raise UsageError(scorer.preparation_error) from None
         raise
     finally:
         scorer.telemetry.stop()

@@ -50,12 +50,17 @@ class StartupStages:
             self._last_end = self._clock()
             self._stages.append((name, self._last_end - begun))
 
-    def mark(self, name: str) -> None:
-        """End the stage `name`, begun where the last one ended (e.g. joining the group,
-        which ends in a callback)."""
+    def mark(self, name: str, since: float | None = None) -> None:
+        """End the stage `name`, begun where the last one ended or at `since` (a `now()`
+        taken when it began: joining the group, which ends in a callback while other
+        stages run beside it)."""
         now = self._clock()
-        self._stages.append((name, now - self._last_end))
+        self._stages.append((name, now - (self._last_end if since is None else since)))
         self._last_end = now
+
+    def now(self) -> float:
+        """The stages' clock now (for `mark(..., since=)`)."""
+        return self._clock()
 
     @property
     def total(self) -> float:

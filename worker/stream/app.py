@@ -19,10 +19,12 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import signal
 import tempfile
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -110,6 +112,10 @@ class ScorestreamApp:
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embed")
         self.ready = asyncio.Event()
         self.startup: StartupStages | None = None  # the launch's stages, logged when ready
+        # `prepare_while_joining`: the models and scoring processes, being prepared
+        self.preparing: Future[None] | None = None
+        self.joining_from: float | None = None  # the start-up clock when the join began
+        self.preparation_error: str | None = None  # why the preparation failed, if it did
 
         app_id = settings.app_id
         partitions = settings.stream.partitions
@@ -253,12 +259,51 @@ class ScorestreamApp:
         """At a stop: the marks written so far leave, then their producer closes."""
         await self.mark_writer.stop()
 
+    def prepare_while_joining(self) -> None:
+        """Load the models and start the scoring processes in the embedding thread, while
+        the worker joins its consumer group (seconds the broker decides, mostly waiting):
+        ready after the longer of the two instead of after both. Nothing reads a model
+        before it is loaded: the scoring pool scores nothing until this is done (a record
+        that arrives meanwhile waits), and the session stage's embedding calls queue behind
+        it in the same one thread. `/readyz` waits for both (`_on_ready`)."""
+        startup = self.startup
+
+        def prepare() -> None:
+            with startup.stage("models") if startup else nullcontext():
+                self.suites.warm_up()
+            with startup.stage("scoring processes") if startup else nullcontext():
+                self.scoring_pool.start()
+
+        self.preparing = self.executor.submit(prepare)
+        self.preparing.add_done_callback(_log_failure)  # at once: the join may take long
+        self.scoring_pool.prepared_by(self.preparing)
+        if startup is not None:
+            self.joining_from = startup.now()
+
+    async def _prepared(self) -> bool:
+        """Wait for `prepare_while_joining`; False (the worker stopping, with the reason
+        logged and kept for the command's exit) when it failed."""
+        if self.preparing is None:
+            return True
+        try:
+            await asyncio.wrap_future(self.preparing)
+        except Exception as exc:
+            self.preparation_error = f"the scorers could not be prepared: {exc}"
+            log.error("stopping: %s", self.preparation_error)
+            signal.raise_signal(signal.SIGTERM)  # the graceful stop an operator's gets
+            return False
+        return True
+
     def close(self) -> None:
         """Stop the embedding thread and the scoring processes (after the app stopped)."""
         self.executor.shutdown(wait=False)
         self.scoring_pool.close()
 
     async def _on_ready(self) -> None:
+        if self.startup is not None:
+            self.startup.mark("joining the group", since=self.joining_from)
+        if not await self._prepared():
+            return
         # What start-up built (modules, the scorers, Faust's and aiokafka's objects) lives
         # as long as the worker: out of the garbage collector's sight from now on. Its
         # full collections otherwise walked all of it every few thousand results, in the
@@ -274,7 +319,6 @@ class ScorestreamApp:
         self.ready.set()
         log.info("scorestream worker ready")
         if self.startup is not None:
-            self.startup.mark("joining the group")
             log.info("%s", self.startup.summary())
 
     def topic_names(self) -> set[str]:
@@ -338,6 +382,14 @@ class ScorestreamApp:
                 await scorer._on_ready()
 
         return _Worker(self.app, loglevel=loglevel)
+
+
+def _log_failure(preparing: Future[None]) -> None:
+    if not preparing.cancelled() and preparing.exception() is not None:
+        log.error(
+            "the scorers could not be prepared (%r): the worker stops once it has joined",
+            preparing.exception(),
+        )
 
 
 __all__ = ["RAW", "ScorestreamApp", "faust_settings"]
