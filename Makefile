@@ -30,6 +30,9 @@ $(STAMP): pyproject.toml deploy/requirements.lock
 	# constraints. Upgrading: `make install LOCKED=` (free resolution), then `make lock`.
 	grep -oE '^[A-Za-z0-9][A-Za-z0-9._-]*==[^ ]+' deploy/requirements.lock > $(VENV)/locked.txt
 	$(PY) -m pip install --quiet $(if $(LOCKED),-c $(VENV)/locked.txt) -e ".[dev]"
+	# The project's own modules compiled once (pip does it for the others): a machine that
+	# sets PYTHONDONTWRITEBYTECODE would otherwise compile them at every start.
+	$(PY) -m compileall -q worker schemas topics
 	touch $(STAMP)
 
 demo: install

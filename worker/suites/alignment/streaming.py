@@ -189,8 +189,13 @@ class AlignmentSessions:
         return with_verdict(scored, verdict, judge_settings.on_error)
 
     def check_configuration(self) -> None:
-        """Read the personas and safety pattern files (a `ConfigError` names the bad one)."""
-        _ = self.personas, self.patterns
+        """Read the personas and a configured safety pattern file (a `ConfigError` names
+        the bad one). The shipped patterns are not read here: this process never matches
+        them (its scoring processes do, from their fork server, which loads them), and
+        compiling them is half a second before the worker can start joining its group."""
+        _ = self.personas
+        if self.settings.safety_patterns:
+            _ = self.patterns
 
     def warm_up(self) -> None:
         """Load the model, embed every persona's examples and train the safety classifier
