@@ -10,8 +10,11 @@ import yaml
 from worker.config import ConfigError, SeverityWeights, load_settings
 from worker.suites.alignment.negation import is_protected
 from worker.suites.alignment.safety import (
+    DIRECT_BUDGET_CHARS,
+    DIRECT_TEXT_CHARS,
     MAX_MATCHES_PER_PATTERN,
     SEVERITIES,
+    SafetyPatterns,
     keyword_safety,
     parse_patterns,
     turn_violation_weight,
@@ -371,3 +374,32 @@ def test_a_seed_format_list_takes_the_shipped_categorys_negatable(tmp_path: Path
     assert mine.find("Don't be an idiot about it.")  # as the shipped `offensive`: not negatable
     path.write_text('my_category:\n  - {pattern: "idiot", severity: high}\n', encoding="utf-8")
     assert not load_safety_patterns(path).find("Don't be an idiot about it.")
+
+
+def _held_out_replies() -> list[str]:
+    replies: list[str] = []
+    data = Path(__file__).resolve().parents[1] / "worker" / "data"
+    for path in sorted(data.glob("safety_replies_heldout*.yaml")):
+        for texts in yaml.safe_load(path.read_text(encoding="utf-8")).values():
+            replies += texts
+    return replies
+
+
+def test_short_texts_before_the_prefilter_is_built_find_what_it_finds() -> None:
+    # a list not yet prepared matches short texts pattern by pattern (`scorestream score`
+    # of a session need not wait a second for the prefilter): the same matches, until
+    # the budget is spent or a text is long, when the prefilter is built and used
+    replies = _held_out_replies()
+    prepared = load_safety_patterns().prepare()
+    direct = SafetyPatterns(prepared.patterns, "direct")
+    spent = 0
+    for text in replies:
+        assert direct.find(text) == prepared.find(text)
+        spent += len(text)
+        if spent <= DIRECT_BUDGET_CHARS:
+            assert "_prefilter" not in direct.__dict__, "built before its budget was spent"
+    assert spent > DIRECT_BUDGET_CHARS and "_prefilter" in direct.__dict__
+    long_text = " ".join(replies)[: DIRECT_TEXT_CHARS + 1]
+    fresh = SafetyPatterns(prepared.patterns, "long")
+    assert fresh.find(long_text) == prepared.find(long_text)
+    assert "_prefilter" in fresh.__dict__  # a long text never goes pattern by pattern

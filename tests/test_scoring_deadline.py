@@ -221,8 +221,8 @@ import worker.suites.alignment.streaming as streaming
 _turn_scorer = streaming.alignment_turn_scorer
 
 
-def spinning_turn_scorer(*args):
-    score = _turn_scorer(*args)
+def spinning_turn_scorer(*args, **kwargs):
+    score = _turn_scorer(*args, **kwargs)
 
     def scored(turn):
         if "SPIN" in turn[1]:  # exponential backtracking, all of it in C

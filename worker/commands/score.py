@@ -46,6 +46,7 @@ from worker.input.rejections import SCORING_ERROR, SCORING_TIMEOUT, Rejected
 from worker.input.unknown_fields import NATIVE_ROW_KEYS, unknown_fields
 from worker.scoring_pool import ScorerFactory, ScoringPool, section_factory
 from worker.suites import registry
+from worker.suites.alignment.safety import DIRECT_BUDGET_CHARS, DIRECT_TEXT_CHARS
 from worker.suites.alignment.scoring import classifier_from_settings
 from worker.suites.alignment.streaming import (
     ALIGNMENT_TURN,
@@ -209,7 +210,7 @@ class DeadlineTurns:
         if self.pool is None:
             self.pool = ScoringPool(
                 self.settings,
-                factories=self._factories(),
+                factories=self._factories([len(text) for _, text, _ in turns]),
                 processes=os.cpu_count() or 1,
                 start_method="fork",
             )
@@ -226,16 +227,21 @@ class DeadlineTurns:
             scored.append(outcome.message)
         return scored
 
-    def _factories(self) -> dict[str, ScorerFactory]:
+    def _factories(self, text_sizes: list[int]) -> dict[str, ScorerFactory]:
         """The worker's alignment turn scorer, with the personas' example vectors and
-        trait classifiers from the batch scorer's catalog."""
+        trait classifiers from the batch scorer's catalog. Turns of these `text_sizes`
+        that the safety patterns may match one by one (each short, all within the
+        budget) are, without building their prefilter: it is a second of CPU, most of
+        scoring a session or two, and a child never builds it under a case's deadline."""
         catalog = self.scorer.catalog
         personas = {persona_id: catalog.get(persona_id) for persona_id in catalog.ids()}
         vectors = {pid: persona.example_vectors for pid, persona in personas.items()}
         classifiers = {pid: persona.trait_classifier for pid, persona in personas.items()}
         safety = classifier_from_settings(self.settings.alignment)
-        prepare_turn_scoring(self.settings.alignment)  # here once: the forked children share it
-        scorer = partial(alignment_turn_scorer, vectors, classifiers, safety)
+        prefilter = sum(text_sizes) > DIRECT_BUDGET_CHARS or max(text_sizes) > DIRECT_TEXT_CHARS
+        # here once: the forked children share it
+        prepare_turn_scoring(self.settings.alignment, prefilter)
+        scorer = partial(alignment_turn_scorer, vectors, classifiers, safety, prefilter=prefilter)
         return {ALIGNMENT_TURN: section_factory("alignment", scorer)}
 
     def close(self) -> None:

@@ -222,12 +222,16 @@ def load_sessions(
     return AlignmentSessions(settings, text_budget, embedder)
 
 
-def prepare_turn_scoring(settings: AlignmentSettings) -> SafetyPatterns:
+def prepare_turn_scoring(settings: AlignmentSettings, prefilter: bool = True) -> SafetyPatterns:
     """The configured safety patterns with their prefilter built, and the language
     identifier loaded: what a turn's first scoring would otherwise wait for. Done where
     the scorers are made (a child forked from a process that did it inherits them; the
-    fork server holds the shipped ones: `worker.suites.alignment.preload`)."""
-    patterns = patterns_from_settings(settings).prepare()
+    fork server holds the shipped ones: `worker.suites.alignment.preload`). Without
+    `prefilter` (a few short turns to score: `scorestream score` of a session), the
+    patterns match them one by one instead (`safety.DIRECT_BUDGET_CHARS`)."""
+    patterns = patterns_from_settings(settings)
+    if prefilter:
+        patterns.prepare()
     shipped_identifier()
     return patterns
 
@@ -237,12 +241,13 @@ def alignment_turn_scorer(
     classifiers: Mapping[str, TraitClassifier | None],
     safety: SafetyClassifier | None,
     settings: AlignmentSettings,
+    prefilter: bool = True,
 ) -> AlignmentTurnScorer:
     """A scorer of `(persona_id, text, vector)` turns (a `TurnScore`), for the scoring
     pool's children: personas and safety patterns from the `alignment` section, with the
     example vectors, trait classifier and safety classifier (None: disabled) the caller
     made. A turn without a vector (sampled out of embedding under overload) gets its
-    safety only."""
+    safety only. `prefilter`: as `prepare_turn_scoring`."""
     personas = {
         persona.id: replace(
             persona,
@@ -251,7 +256,8 @@ def alignment_turn_scorer(
         )
         for persona in personas_from_settings(settings).values()
     }
-    return AlignmentTurnScorer(personas, settings, prepare_turn_scoring(settings), safety)
+    patterns = prepare_turn_scoring(settings, prefilter)
+    return AlignmentTurnScorer(personas, settings, patterns, safety)
 
 
 class AlignmentTurnScorer:
