@@ -125,3 +125,27 @@ async def list_topics(
         ]
     finally:
         await admin.close()
+
+
+async def group_members(
+    broker_url: str, group_id: str, client_options: dict[str, Any] | None = None
+) -> int:
+    """How many members the consumer group `group_id` has on the broker now (0 for a group
+    that is empty or does not exist yet)."""
+    admin = AIOKafkaAdminClient(
+        bootstrap_servers=bootstrap_servers(broker_url), **(client_options or {})
+    )
+    await admin.start()
+    try:
+        members = 0
+        for response in await admin.describe_consumer_groups([group_id]):
+            for group in response.groups:
+                # (error_code, group_id, state, protocol_type, protocol, members, ...)
+                error_code, _, state, *_ = group
+                if error_code:
+                    raise RuntimeError(f"describing group {group_id}: error {error_code}")
+                if state not in ("Empty", "Dead"):
+                    members += len(group[5])
+        return members
+    finally:
+        await admin.close()

@@ -15,7 +15,7 @@ import orjson
 from aiokafka import AIOKafkaProducer
 
 from topics.catalog import record_key, topic_names
-from topics.provision import bootstrap_servers, create_topics, list_topics
+from topics.provision import bootstrap_servers, create_topics, group_members, list_topics
 from worker.config import ConfigError, Settings, load_settings
 from worker.demo.retime import MILLISECOND, event_seconds, retime, rfc3339
 from worker.exit_codes import UsageError
@@ -68,6 +68,24 @@ async def provision_topics(settings: Settings, broker: str, partitions: int | No
         raise UsageError(str(exc)) from None
 
 
+async def first_of_its_group(settings: Settings, broker: str) -> bool:
+    """Whether the worker's consumer group has no member yet (a cold start: the whole
+    group starting, nothing scored meanwhile), so that the worker may load its models
+    while it joins. False when the group has members (a deploy, a scale-up, a restart
+    within the session timeout: the partitions it takes over would wait for its models)
+    or when the broker does not say (the safe order)."""
+    bootstrap = bootstrap_servers(broker)
+    count = group_members(broker, settings.app_id, client_options(settings))
+    try:
+        timeout = settings.stream.connect_timeout
+        return await within(count, bootstrap, timeout, "describing the group") == 0
+    except Exception as exc:  # e.g. not allowed to describe groups: load, then join
+        logging.getLogger("scorestream").info(
+            "loading before joining: the group's members are unknown (%s)", exc
+        )
+        return False
+
+
 def run_worker(args: argparse.Namespace) -> int:
     """Run the streaming worker until interrupted."""
     from worker.ops.lag import watch_worker
@@ -90,7 +108,13 @@ def run_worker(args: argparse.Namespace) -> int:
             raise UsageError(str(exc)) from None
     scorer.scoring_pool.start_fork_server()  # it preloads while the models load
     scorer.startup = startup
-    scorer.prepare_while_joining()  # the models and scoring processes, beside the join
+    if asyncio.run(first_of_its_group(settings, broker)):
+        scorer.prepare_while_joining()  # no partition is being scored: beside the join
+    else:
+        try:  # a running group: its partitions move only to a worker that can score
+            scorer.prepare()
+        except RuntimeError as exc:
+            raise UsageError(str(exc)) from None
     watch_worker(scorer, settings)
     stopped_because: list[str] = []
 

@@ -259,26 +259,28 @@ class ScorestreamApp:
         """At a stop: the marks written so far leave, then their producer closes."""
         await self.mark_writer.stop()
 
-    def prepare_while_joining(self) -> None:
-        """Load the models and start the scoring processes in the embedding thread, while
-        the worker joins its consumer group (seconds the broker decides, mostly waiting):
-        ready after the longer of the two instead of after both. Nothing reads a model
-        before it is loaded: the scoring pool scores nothing until this is done (a record
-        that arrives meanwhile waits), and the session stage's embedding calls queue behind
-        it in the same one thread. `/readyz` waits for both (`_on_ready`)."""
+    def prepare(self) -> None:
+        """Load the models and start the scoring processes (timed as two start-up stages)."""
         startup = self.startup
+        with startup.stage("models") if startup else nullcontext():
+            self.suites.warm_up()
+        with startup.stage("scoring processes") if startup else nullcontext():
+            self.scoring_pool.start()
 
-        def prepare() -> None:
-            with startup.stage("models") if startup else nullcontext():
-                self.suites.warm_up()
-            with startup.stage("scoring processes") if startup else nullcontext():
-                self.scoring_pool.start()
-
-        self.preparing = self.executor.submit(prepare)
+    def prepare_while_joining(self) -> None:
+        """`prepare` in the embedding thread while the worker joins its consumer group
+        (seconds the broker decides, mostly waiting): ready after the longer of the two
+        instead of after both. Only for the first member of a group (`run_worker`): a
+        worker joining a running group prepares first, so that the partitions it takes
+        over never wait for its models. Nothing reads a model before it is loaded: the
+        scoring pool scores nothing until this is done (a record that arrives meanwhile
+        waits), and the session stage's embedding calls queue behind it in the same one
+        thread. `/readyz` waits for both (`_on_ready`)."""
+        self.preparing = self.executor.submit(self.prepare)
         self.preparing.add_done_callback(_log_failure)  # at once: the join may take long
         self.scoring_pool.prepared_by(self.preparing)
-        if startup is not None:
-            self.joining_from = startup.now()
+        if self.startup is not None:
+            self.joining_from = self.startup.now()
 
     async def _prepared(self) -> bool:
         """Wait for `prepare_while_joining`; False (the worker stopping, with the reason
