@@ -128,6 +128,14 @@ def _spaceless_table() -> np.ndarray:
 
 
 _IS_SPACELESS = _spaceless_table()
+
+
+def _spaceless_places(text: str) -> tuple[np.ndarray, np.ndarray]:
+    """`text`'s code points, and where its Chinese and Japanese characters are."""
+    codes = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), "<u4")
+    return codes, np.flatnonzero(_IS_SPACELESS[np.minimum(codes, len(_IS_SPACELESS) - 1)])
+
+
 _END = (1 << 64) - 1  # the word id that stands for the NUL ending a text of a batch
 _WHITE_SPACES = re.compile(r"\s\s+")  # what scikit-learn's character n-grams fold to " "
 _PUNCTUATION = frozenset(_PUNCTUATION_CHARS)
@@ -500,11 +508,10 @@ class _PackedGrams:
         them are negation words (None: none is). A text mostly of Chinese or Japanese
         (each character a word: a Python string and a dict lookup each by the regex) is
         read by `_spaceless_tokens`, any other by `_regex_tokens`: the same answer."""
-        codes = np.frombuffer(lowered.encode("utf-32-le", "surrogatepass"), "<u4")
-        spaceless = _IS_SPACELESS[np.minimum(codes, len(_IS_SPACELESS) - 1)]
-        if np.count_nonzero(spaceless) * 4 < len(codes):
+        codes, places = _spaceless_places(lowered)
+        if len(places) * 4 < len(codes):
             return self._regex_tokens(lowered)
-        return self._spaceless_tokens(lowered)
+        return self._spaceless_tokens(lowered, (codes, places))
 
     def _regex_tokens(self, lowered: str) -> tuple[np.ndarray, np.ndarray | None]:
         """`_word_tokens` by one regex pass over the words."""
@@ -515,12 +522,13 @@ class _PackedGrams:
             return ids, None
         return ids, np.fromiter(map(_NEGATIONS.__contains__, tokens), bool, count)
 
-    def _spaceless_tokens(self, lowered: str) -> tuple[np.ndarray, np.ndarray | None]:
+    def _spaceless_tokens(
+        self, lowered: str, located: tuple[np.ndarray, np.ndarray] | None = None
+    ) -> tuple[np.ndarray, np.ndarray | None]:
         """`_word_tokens` with the Chinese and Japanese characters' ids read by numpy
         from their code points, and only the other words by the regex, merged in text
         order (a spaceless character is never part of another word)."""
-        codes = np.frombuffer(lowered.encode("utf-32-le", "surrogatepass"), "<u4")
-        places = np.flatnonzero(_IS_SPACELESS[np.minimum(codes, len(_IS_SPACELESS) - 1)])
+        codes, places = located or _spaceless_places(lowered)  # (`_word_tokens` found them)
         # the split alternates the text between the other words and the words themselves,
         # so each word begins after the lengths of the pieces before it
         pieces = _OTHER_WORD_OR_END.split(lowered)
