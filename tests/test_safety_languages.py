@@ -22,8 +22,10 @@ from worker.suites.alignment.aggregate import AlignmentAggregator
 from worker.suites.alignment.language import (
     COVERED_LANGUAGES,
     MAX_IDENTIFIED_CHARS,
+    MIN_LETTERS,
     UNDETERMINED,
     evenly_spaced,
+    letter_count,
     shipped_identifier,
 )
 from worker.suites.alignment.safety import parse_patterns
@@ -136,6 +138,22 @@ def test_identification_reads_a_bounded_part_of_a_huge_reply() -> None:
     sentences = [f"Report number {i} is ready for review today." for i in range(20_000)]
     languages = identifier.turn_languages(sentences, " ".join(sentences))
     assert languages.turn.code == "en" and len(languages.sentences) == 20_000
+
+
+@pytest.mark.parametrize(
+    ("code", "make"),
+    [("zh", "请查看第{}页的说明。"), ("de", "Ich komme um {}."), ("ar", "التقرير {} جاهز.")],
+)
+def test_a_huge_reply_of_sentences_too_short_to_tell_takes_its_joined_language(
+    code: str, make: str
+) -> None:
+    # no sentence has enough letters alone: the turn is identified on a bounded, evenly
+    # spaced part of its sentences joined, and every sentence takes that language
+    sentences = _sentences_to(make, 200 * 1024)
+    assert max(map(letter_count, sentences)) < MIN_LETTERS
+    languages = shipped_identifier().turn_languages(sentences, " ".join(sentences))
+    assert languages.turn.code == code
+    assert languages.sentences == (code,) * len(sentences)
 
 
 def _sentences_to(make: str, size: int) -> list[str]:
