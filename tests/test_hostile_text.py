@@ -332,6 +332,19 @@ def test_the_prefilter_finds_what_finditer_finds_in_non_ascii_texts(
     assert [_spans(hits) for hits in found] == [_spans(r.finditer(text)) for r in _REGEXES]
 
 
+@PROPERTY
+@given(st.lists(st.tuples(st.sampled_from(_SAFETY_WORDS) | _NON_ASCII_GLUE | _GLUE, st.booleans())))
+def test_reports_grouped_as_for_a_long_text_find_what_finditer_finds(
+    pieces: list[tuple[str, bool]],
+) -> None:
+    # A text longer than `_FEW_UNITS` has its reports grouped with numpy, a shorter one in
+    # Python: forced here on every text, ASCII or not.
+    text = "".join(piece.upper() if upper else piece for piece, upper in pieces)
+    with mock.patch.object(literal_prefilter, "_FEW_UNITS", 0):
+        found = _prefilter().finditer_all(text)
+    assert [_spans(hits) for hits in found] == [_spans(r.finditer(text)) for r in _REGEXES]
+
+
 def test_the_automaton_reads_utf8_and_maps_back_to_characters() -> None:
     # a harmful phrase of each script after 256 KiB of 3- and 4-byte characters: found at
     # its character offset

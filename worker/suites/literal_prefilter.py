@@ -69,6 +69,7 @@ _REPEATS = {_c.MAX_REPEAT, _c.MIN_REPEAT, getattr(_c, "POSSESSIVE_REPEAT", _c.MA
 _ATOMIC = getattr(_c, "ATOMIC_GROUP", None)
 _MAX_LITERALS = 256  # a pattern with more possible beginnings is scanned as a whole
 _MIN_REQUIRED = 3
+_FEW_UNITS = 2048  # a text of at most this many UTF-8 bytes has its reports grouped in Python
 _MAX_CLASS = 4  # characters of a class read on through in a literal beginning
 _NO_STARTS = np.zeros(0, dtype=np.int64)
 _NO_MATCHES: Iterator[re.Match[str]] = iter(())  # exhausted, so shared by all that miss
@@ -587,9 +588,12 @@ class LiteralPrefilter:
             for required in self._required
         ]
         self._word_start = [starts_a_word(pattern) for pattern in self.patterns]
-        self._characters = [
-            (index, literal) for index, literal in enumerate(self._literals) if len(literal) == 1
-        ]
+        # each one-character literal's number at its code point (-1: none), found in one
+        # pass over a text's code points
+        characters = {ord(lit): index for index, lit in enumerate(self._literals) if len(lit) == 1}
+        self._character_ids = np.full(max(characters, default=-1) + 2, -1, dtype=np.int64)
+        for code, index in characters.items():
+            self._character_ids[code] = index
         # Which patterns a literal's presence can wake: an anchored pattern only matches
         # where one of its anchors' first words is; one without anchors only where every
         # required literal group has one present (or always, with none). Most texts hold
@@ -611,6 +615,7 @@ class LiteralPrefilter:
         self._unit_lengths = np.array(
             [len(_utf8_units(literal)) for literal in self._literals], dtype=np.int64
         )
+        self._unit_length_list = self._unit_lengths.tolist()
         self._automaton: Any = None
         if any(len(literal) > 1 for literal in self._literals):
             automaton = ahocorasick.Automaton(ahocorasick.STORE_INTS, ahocorasick.KEY_STRING)
@@ -633,11 +638,12 @@ class LiteralPrefilter:
         folded = fold(text) if self._literals else None
         if folded is None:
             return [(index, pattern.finditer(text)) for index, pattern in enumerate(self.patterns)]
-        starts = self._literal_starts(folded)
+        codes = code_points(folded)
+        starts = self._literal_starts(folded, codes)
         woken = set(self._always)
         for literal in starts:
             woken.update(self._woken.get(literal, ()))
-        places = _Places(folded, starts, self._lengths)
+        places = _Places(folded, starts, self._lengths, codes)
         hits: list[tuple[int, Iterator[re.Match[str]]]] = []
         for index in sorted(woken):
             pattern = self.patterns[index]
@@ -654,40 +660,50 @@ class LiteralPrefilter:
                 hits.append((index, _matches_at(pattern, text, candidates)))
         return hits
 
-    def _literal_starts(self, folded: str) -> dict[int, np.ndarray]:
-        """For each literal in `folded`, the sorted positions where it starts (literals
-        that are not in it have no entry). The automaton's reports are collected and
-        grouped with numpy, with no Python step per report (a degenerate text has several
-        reports at every word), only one per literal found. One-character literals ("i",
-        ",") are not in the automaton: numpy finds them in one pass each."""
-        # (end index, literal number) pairs, flattened straight into an array: a list of
-        # a hundred thousand tuples would cost as much again in allocation and GC
-        automaton = self._automaton
+    def _literal_starts(self, folded: str, codes: np.ndarray) -> dict[int, np.ndarray]:
+        """For each literal in `folded` (of these code points), the sorted positions where
+        it starts (literals that are not in it have no entry). One-character literals
+        ("i", ",") are not in the automaton: one pass over the code points finds them.
+
+        A long text's automaton reports are flattened straight into an array and grouped
+        with numpy, with no Python step per report (a degenerate text has several at
+        every word, and a list of a hundred thousand tuples costs as much again in
+        allocation and GC), only one per literal found. A short text's are grouped in
+        Python: there numpy's fixed costs per call would dominate."""
         raw = None if folded.isascii() else folded.encode("utf-8", "surrogatepass")
         units = folded if raw is None else raw.decode("latin-1")  # see `_utf8_units`
+        characters = lookup(self._character_ids, codes)
+        places = np.flatnonzero(characters >= 0)
+        if len(units) > _FEW_UNITS:
+            found = self._grouped_reports(units, raw)
+            if len(places):
+                found.update(_grouped(characters[places], places))
+            return found
+        lengths = self._unit_length_list
+        grouped: dict[int, list[int]] = {}
+        for end, literal in self._automaton.iter(units) if self._automaton is not None else ():
+            grouped.setdefault(literal, []).append(end + 1 - lengths[literal])
+        if grouped and raw is not None:  # byte offsets back to characters
+            character_at = (np.cumsum(_is_first_byte(raw)) - 1).tolist()
+            grouped = {lit: [character_at[b] for b in at] for lit, at in grouped.items()}
+        if len(places):
+            for at, literal in zip(places.tolist(), characters[places].tolist(), strict=True):
+                grouped.setdefault(literal, []).append(at)
+        return {literal: np.array(at, dtype=np.int64) for literal, at in grouped.items()}
+
+    def _grouped_reports(self, units: str, raw: bytes | None) -> dict[int, np.ndarray]:
+        """`_literal_starts` of the automaton's literals, grouped with numpy; `raw`: the
+        UTF-8 bytes that `units` spell, when the text is not ASCII."""
+        automaton = self._automaton
         reports = chain.from_iterable(automaton.iter(units)) if automaton is not None else ()
         flat = np.fromiter(reports, dtype=np.int64)
-        found: dict[int, np.ndarray] = {}
-        if flat.size:
-            ids = flat[1::2]
-            starts = flat[0::2] - self._unit_lengths[ids] + 1  # in UTF-8 bytes
-            if raw is not None:  # back to characters (each start is the first byte of one)
-                starts = np.searchsorted(_first_bytes(raw), starts)
-            order = np.argsort(ids, kind="stable")  # by literal, each in text order
-            ids = ids[order]
-            grouped = starts[order]
-            edges = np.flatnonzero(ids[1:] != ids[:-1]) + 1
-            firsts = np.concatenate(([0], edges)).tolist()
-            lasts = np.concatenate((edges, [len(ids)])).tolist()
-            for literal, first, last in zip(ids[firsts].tolist(), firsts, lasts, strict=True):
-                found[literal] = grouped[first:last]
-        if self._characters:
-            codes = code_points(folded)
-            for index, char in self._characters:
-                places = np.flatnonzero(codes == ord(char))
-                if len(places):
-                    found[index] = places
-        return found
+        if not flat.size:
+            return {}
+        ids = flat[1::2]
+        starts = flat[0::2] - self._unit_lengths[ids] + 1  # in UTF-8 bytes
+        if raw is not None:  # back to characters (each start is the first byte of one)
+            starts = np.searchsorted(_first_bytes(raw), starts)
+        return _grouped(ids, starts)
 
     def count_all(self, text: str) -> list[int]:
         """For each pattern, `len(pattern.findall(text))`."""
@@ -712,7 +728,13 @@ def _first_bytes(encoded: bytes) -> np.ndarray:
     """Where each character of a text begins in its UTF-8 `encoded` form, sorted: the
     character at index i starts at byte `_first_bytes(encoded)[i]`, so a byte offset
     where a character begins maps back to its index with `searchsorted`."""
-    found: np.ndarray = np.flatnonzero((np.frombuffer(encoded, np.uint8) & 0xC0) != 0x80)
+    found: np.ndarray = np.flatnonzero(_is_first_byte(encoded))
+    return found
+
+
+def _is_first_byte(encoded: bytes) -> np.ndarray:
+    """Which bytes of UTF-8 `encoded` begin a character (are no continuation byte)."""
+    found: np.ndarray = (np.frombuffer(encoded, np.uint8) & 0xC0) != 0x80
     return found
 
 
@@ -729,24 +751,19 @@ class _Places:
     """Where literals start in one folded text, and where anchors begin; an anchor's
     beginning shared by several patterns is found once."""
 
-    def __init__(self, folded: str, starts: dict[int, np.ndarray], lengths: np.ndarray) -> None:
+    def __init__(
+        self, folded: str, starts: dict[int, np.ndarray], lengths: np.ndarray, codes: np.ndarray
+    ) -> None:
         self.folded = folded
         self.starts = starts
         self.lengths = lengths
-        self._codes: np.ndarray | None = None
+        self.codes = codes  # the folded text's code points (`code_points`)
         self._space: np.ndarray | None = None  # which positions hold whitespace
         self._words: np.ndarray | None = None  # where no whitespace is
         self._spaces: np.ndarray | None = None
         # (word start only, anchor beginning) -> (where it begins, where its last word ends)
         self._found: dict[tuple[bool, tuple[int, ...]], tuple[np.ndarray, np.ndarray]] = {}
         self._next: dict[tuple[bool, tuple[int, ...]], tuple[np.ndarray, np.ndarray]] = {}
-
-    @property
-    def codes(self) -> np.ndarray:
-        """The folded text's code points."""
-        if self._codes is None:
-            self._codes = code_points(self.folded)
-        return self._codes
 
     @property
     def space(self) -> np.ndarray:
@@ -889,6 +906,20 @@ def _among(values: np.ndarray, marks: np.ndarray) -> np.ndarray:
     offsets = np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts)
     found: np.ndarray = np.repeat(first, counts) + offsets
     return found
+
+
+def _grouped(ids: np.ndarray, starts: np.ndarray) -> dict[int, np.ndarray]:
+    """For each id of `ids`, its `starts` (given in text order), in order."""
+    order = np.argsort(ids, kind="stable")  # by id, each in text order
+    ids = ids[order]
+    starts = starts[order]
+    edges = np.flatnonzero(ids[1:] != ids[:-1]) + 1
+    firsts = np.concatenate(([0], edges)).tolist()
+    lasts = np.concatenate((edges, [len(ids)])).tolist()
+    return {
+        literal: starts[first:last]
+        for literal, first, last in zip(ids[firsts].tolist(), firsts, lasts, strict=True)
+    }
 
 
 def _merged(starts: list[np.ndarray]) -> np.ndarray:
