@@ -114,8 +114,15 @@ _WORD_TOKEN = rf"[{_SPACELESS}]|{_LETTER}+(?:'{_LETTER}+)?"
 _TOKEN = re.compile(rf"{_WORD_TOKEN}|[{re.escape(_PUNCTUATION_CHARS)}]")
 _WORD = re.compile(_WORD_TOKEN)  # the tokens that are words (`_TOKEN` less punctuation)
 _WORD_OR_END = re.compile(rf"{_WORD_TOKEN}|\0")  # the words of NUL-joined texts, and the NULs
-# the same less the Chinese and Japanese characters, as one group (`re.split` keeps it)
-_OTHER_WORD_OR_END = re.compile(rf"({_LETTER}+(?:'{_LETTER}+)?|\0)")
+# The same words less the Chinese and Japanese characters, in a text where those, "_"
+# and the NULs are blanked: there a letter is any `\w` or combining mark, so the
+# expression begins with one character class, which the regex engine skips ahead to
+# (2-3x faster than trying `_LETTER`'s alternatives at every character). One group:
+# `re.split` keeps the words.
+_BLANKED_WORD = re.compile(
+    rf"([\w{COMBINING_MARKS}][\w{COMBINING_MARKS}]*(?:'[\w{COMBINING_MARKS}]+)?)"
+)
+_UNDERSCORE, _SPACE = ord("_"), ord(" ")
 
 
 def _spaceless_table() -> np.ndarray:
@@ -525,26 +532,34 @@ class _PackedGrams:
     def _spaceless_tokens(
         self, lowered: str, located: tuple[np.ndarray, np.ndarray] | None = None
     ) -> tuple[np.ndarray, np.ndarray | None]:
-        """`_word_tokens` with the Chinese and Japanese characters' ids read by numpy
-        from their code points, and only the other words by the regex, merged in text
-        order (a spaceless character is never part of another word)."""
+        """`_word_tokens` with the Chinese and Japanese characters' ids and the NULs read
+        by numpy from their code points, and only the other words by a regex over the
+        text with those blanked (`_BLANKED_WORD`), merged in text order (a spaceless
+        character is never part of another word)."""
         codes, places = located or _spaceless_places(lowered)  # (`_word_tokens` found them)
+        ends = np.flatnonzero(codes == 0)
+        blanked = codes.copy()
+        blanked[places] = _SPACE
+        blanked[ends] = _SPACE
+        blanked[codes == _UNDERSCORE] = _SPACE
         # the split alternates the text between the other words and the words themselves,
         # so each word begins after the lengths of the pieces before it
-        pieces = _OTHER_WORD_OR_END.split(lowered)
+        pieces = _BLANKED_WORD.split(blanked.tobytes().decode("utf-32-le", "surrogatepass"))
         others = pieces[1::2]
         lengths = np.fromiter(map(len, pieces), np.int64, len(pieces))
         other_starts = (np.cumsum(lengths) - lengths)[1::2]
-        order = np.argsort(np.concatenate((places, other_starts)), kind="stable")
+        order = np.argsort(np.concatenate((places, ends, other_starts)), kind="stable")
         characters = codes[places]
         count = len(others)
         other_ids = np.fromiter(map(self._token_ids.get, others, repeat(0)), np.uint64, count)
-        ids = np.concatenate((self._spaceless_ids[characters], other_ids))[order]
+        end_ids = np.full(len(ends), _END, dtype=np.uint64)
+        ids = np.concatenate((self._spaceless_ids[characters], end_ids, other_ids))[order]
         negation = np.isin(characters, _SPACELESS_NEGATION_CODES)
         if not negation.any() and _NEGATIONS.isdisjoint(others):
             return ids, None
         other_negation = np.fromiter(map(_NEGATIONS.__contains__, others), bool, count)
-        return ids, np.concatenate((negation, other_negation))[order]
+        no_negation = np.zeros(len(ends), dtype=bool)
+        return ids, np.concatenate((negation, no_negation, other_negation))[order]
 
     def _batched_word_ids(self, texts: Sequence[str]) -> tuple[np.ndarray, list[int]] | None:
         """`unit_ids` of words for a whole batch in one pass (`_word_tokens`), with no
