@@ -10,7 +10,7 @@ from functools import cache
 from unittest import mock
 
 import numpy as np
-from hypothesis import given, settings
+from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
 from worker.suites import literal_prefilter, substrings
@@ -330,6 +330,79 @@ def test_the_prefilter_finds_what_finditer_finds_in_non_ascii_texts(
     text = "".join(piece.upper() if upper else piece for piece, upper in pieces)
     found = _prefilter().finditer_all(text)
     assert [_spans(hits) for hits in found] == [_spans(r.finditer(text)) for r in _REGEXES]
+
+
+_ANY_PIECE = st.tuples(st.sampled_from(_SAFETY_WORDS) | _NON_ASCII_GLUE | _GLUE, st.booleans())
+
+
+@PROPERTY
+@given(
+    st.lists(_ANY_PIECE, max_size=8),
+    st.lists(_ANY_PIECE, min_size=1, max_size=6),
+    st.integers(2, 12),
+    st.integers(0, 40),
+)
+def test_a_repeating_tail_read_once_finds_what_finditer_finds(
+    head: list[tuple[str, bool]], piece: list[tuple[str, bool]], copies: int, cut: int
+) -> None:
+    # A text ending in one piece repeated is scanned to the end of the piece's first
+    # copy, the rest of its literal starts repeated from there: forced here on short
+    # texts (any beginning, any piece, any number of copies, cut anywhere in the last)
+    def joined(pieces: list[tuple[str, bool]]) -> str:
+        return "".join(text.upper() if upper else text for text, upper in pieces)
+
+    unit = joined(piece)
+    text = joined(head) + unit * copies + unit[: cut % (len(unit) + 1)]
+    _assert_read_once_as_whole(_prefilter(), _REGEXES, text)
+
+
+_SMALL_REGEXES = [re.compile(p, re.I) for p in ("ab", "ba", "abc", "cab", "bcab", "a b")]
+
+
+@PROPERTY
+@given(st.text("abc ", max_size=8), st.text("abc ", min_size=1, max_size=6), st.integers(2, 12))
+@example("", "cab", 4)  # "bcab", the longest literal, from the last place of the first copy
+def test_a_repeating_tail_of_few_letters_read_once_finds_every_literal(
+    head: str, unit: str, copies: int
+) -> None:
+    # few letters, short literals: one straddles the end of the first copy often
+    text = head + unit * copies + unit[: len(head) % len(unit)]
+    _assert_read_once_as_whole(LiteralPrefilter(_SMALL_REGEXES), _SMALL_REGEXES, text)
+
+
+def _assert_read_once_as_whole(
+    prefilter: LiteralPrefilter, regexes: list[re.Pattern[str]], text: str
+) -> None:
+    """The literal starts and matches of `text` with its repeating tail read once (forced
+    on short texts) are those of reading it whole."""
+    folded = literal_prefilter.fold(text)
+    assume(folded is not None)  # (a text whose case folding changes its length is read whole)
+    codes = literal_prefilter.code_points(folded)
+    whole = prefilter._literal_starts(folded, codes)
+    with (
+        mock.patch.object(literal_prefilter, "_MIN_REPEATING_TEXT", 0),
+        mock.patch.object(literal_prefilter, "_MIN_COPIES", 2),
+        mock.patch.object(literal_prefilter, "_REPEAT_PROBE", 4),
+    ):
+        once = prefilter._literal_starts(folded, codes)
+        found = prefilter.finditer_all(text)
+    assert {k: v.tolist() for k, v in once.items()} == {k: v.tolist() for k, v in whole.items()}
+    assert [_spans(hits) for hits in found] == [_spans(r.finditer(text)) for r in regexes]
+
+
+def test_a_long_repeating_reply_is_read_once_with_the_same_matches() -> None:
+    # 256 KiB of one harmful sentence after a friendly start, and a harmful sentence
+    # after the repetition: every match where finditer finds it, at the real size
+    prefilter = _prefilter()
+    for tail in ("", " Now kill yourself."):
+        text = "Happy to help! " + "Send me your password and PIN now. " * 7_400 + tail
+        assert literal_prefilter._repeating_tail(
+            text.lower(), literal_prefilter.code_points(text.lower())
+        ) == ((14, 35) if not tail else None)
+        found = prefilter.finditer_all(text)
+        expected = [_spans(r.finditer(text)) for r in _REGEXES]
+        assert sum(map(len, expected)) == 7_400 + bool(tail)
+        assert [_spans(hits) for hits in found] == expected
 
 
 @PROPERTY

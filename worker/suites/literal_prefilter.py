@@ -70,6 +70,9 @@ _ATOMIC = getattr(_c, "ATOMIC_GROUP", None)
 _MAX_LITERALS = 256  # a pattern with more possible beginnings is scanned as a whole
 _MIN_REQUIRED = 3
 _FEW_UNITS = 2048  # a text of at most this many UTF-8 bytes has its reports grouped in Python
+_MIN_REPEATING_TEXT = 4096  # a shorter text is scanned whole, repeating or not
+_REPEAT_PROBE = 32  # characters at a text's end looked for earlier in it (a period)
+_MIN_COPIES = 8  # copies of its piece a repeating tail holds at least
 _MAX_CLASS = 4  # characters of a class read on through in a literal beginning
 _NO_STARTS = np.zeros(0, dtype=np.int64)
 _NO_MATCHES: Iterator[re.Match[str]] = iter(())  # exhausted, so shared by all that miss
@@ -572,6 +575,7 @@ class LiteralPrefilter:
                 words.update(alternatives)
         self._literals = sorted(words)
         self._lengths = np.array([len(literal) for literal in self._literals], dtype=np.int64)
+        self._longest = int(self._lengths.max(initial=1))
         number = {literal: index for index, literal in enumerate(self._literals)}
         number[ANY_WORD] = _ANY_WORD_ID
         self._anchor_ids: list[dict[int, list[tuple[int, ...]]] | None] = []
@@ -665,20 +669,45 @@ class LiteralPrefilter:
         it starts (literals that are not in it have no entry). One-character literals
         ("i", ",") are not in the automaton: one pass over the code points finds them.
 
-        A long text's automaton reports are flattened straight into an array and grouped
-        with numpy, with no Python step per report (a degenerate text has several at
-        every word, and a list of a hundred thousand tuples costs as much again in
-        allocation and GC), only one per literal found. A short text's are grouped in
-        Python: there numpy's fixed costs per call would dominate."""
-        raw = None if folded.isascii() else folded.encode("utf-8", "surrogatepass")
-        units = folded if raw is None else raw.decode("latin-1")  # see `_utf8_units`
+        A text that ends in one piece repeated (`_repeating_tail`: a token or a sentence
+        over and over, the everyday degenerate reply) is scanned up to the end of the
+        first copy of its piece, and the literals' later starts are that copy's, repeated
+        (`_tiled`): the same positions, without reading every copy."""
+        repeating = _repeating_tail(folded, codes) if len(folded) > _MIN_REPEATING_TEXT else None
+        if repeating is None:
+            found = self._automaton_starts(folded)
+        else:
+            start, period = repeating
+            end = len(folded)
+            head = self._automaton_starts(folded[: start + period + self._longest - 1])
+            lengths = self._lengths
+            found = {
+                literal: _tiled(at, start, period, end - int(lengths[literal]) + 1)
+                for literal, at in head.items()
+            }
         characters = lookup(self._character_ids, codes)
         places = np.flatnonzero(characters >= 0)
+        if len(places) > _FEW_UNITS:
+            found.update(_grouped(characters[places], places))
+        elif len(places):
+            grouped: dict[int, list[int]] = {}
+            for at, literal in zip(places.tolist(), characters[places].tolist(), strict=True):
+                grouped.setdefault(literal, []).append(at)
+            found.update((literal, np.array(at, dtype=np.int64)) for literal, at in grouped.items())
+        return found
+
+    def _automaton_starts(self, folded: str) -> dict[int, np.ndarray]:
+        """`_literal_starts` of the automaton's literals (two characters or more).
+
+        A long text's reports are flattened straight into an array and grouped with
+        numpy, with no Python step per report (a degenerate text has several at every
+        word, and a list of a hundred thousand tuples costs as much again in allocation
+        and GC), only one per literal found. A short text's are grouped in Python: there
+        numpy's fixed costs per call would dominate."""
+        raw = None if folded.isascii() else folded.encode("utf-8", "surrogatepass")
+        units = folded if raw is None else raw.decode("latin-1")  # see `_utf8_units`
         if len(units) > _FEW_UNITS:
-            found = self._grouped_reports(units, raw)
-            if len(places):
-                found.update(_grouped(characters[places], places))
-            return found
+            return self._grouped_reports(units, raw)
         lengths = self._unit_length_list
         grouped: dict[int, list[int]] = {}
         for end, literal in self._automaton.iter(units) if self._automaton is not None else ():
@@ -686,9 +715,6 @@ class LiteralPrefilter:
         if grouped and raw is not None:  # byte offsets back to characters
             character_at = (np.cumsum(_is_first_byte(raw)) - 1).tolist()
             grouped = {lit: [character_at[b] for b in at] for lit, at in grouped.items()}
-        if len(places):
-            for at, literal in zip(places.tolist(), characters[places].tolist(), strict=True):
-                grouped.setdefault(literal, []).append(at)
         return {literal: np.array(at, dtype=np.int64) for literal, at in grouped.items()}
 
     def _grouped_reports(self, units: str, raw: bytes | None) -> dict[int, np.ndarray]:
@@ -906,6 +932,42 @@ def _among(values: np.ndarray, marks: np.ndarray) -> np.ndarray:
     offsets = np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts)
     found: np.ndarray = np.repeat(first, counts) + offsets
     return found
+
+
+def _repeating_tail(text: str, codes: np.ndarray) -> tuple[int, int] | None:
+    """(start, period) when `text` (of these code points) ends in one piece repeated:
+    `text[i] == text[i + period]` for every i from `start` on, over at least
+    `_MIN_COPIES` periods; else None. The period is where the text's last
+    `_REPEAT_PROBE` characters were last seen before; `start`, the first place from which
+    the text repeats at that period, found by one comparison of the text with itself
+    shifted. Linear: one `rfind` and one numpy pass."""
+    size = len(text)
+    if size <= _REPEAT_PROBE:
+        return None
+    earlier = text.rfind(text[size - _REPEAT_PROBE :], 0, size - 1)
+    if earlier < 0:
+        return None
+    period = size - _REPEAT_PROBE - earlier
+    if period * _MIN_COPIES > size:
+        return None
+    differs = codes[:-period] != codes[period:]
+    start = len(differs) - int(np.argmax(differs[::-1])) if differs.any() else 0
+    return (start, period) if size - start >= period * _MIN_COPIES else None
+
+
+def _tiled(head: np.ndarray, start: int, period: int, limit: int) -> np.ndarray:
+    """The sorted starts of a literal in a text that repeats at `period` from `start`
+    (`_repeating_tail`), from its sorted starts `head` in the text's beginning up to
+    `start + period` (and further, ignored), `limit`: one past the last place where the
+    literal fits in the text. A start at or after `start + period` is a start one
+    period earlier, shifted: those from `start` to `start + period`, repeated."""
+    direct = head[: np.searchsorted(head, start + period)]
+    first = direct[np.searchsorted(direct, start) :]
+    if not len(first):
+        return direct
+    copies = np.arange(1, (limit - 1 - int(first[0])) // period + 1, dtype=np.int64)
+    later = (copies[:, None] * period + first[None, :]).ravel()
+    return np.concatenate((direct, later[later < limit]))
 
 
 def _grouped(ids: np.ndarray, starts: np.ndarray) -> dict[int, np.ndarray]:
