@@ -82,6 +82,7 @@ async def test_a_real_faust_consumer_carries_every_patch() -> None:
             "_commit": "bounded.<locals>.commit_within",
             "_create_consumer": "set_fetch_max_wait.<locals>.create_with_wait",
         }
+        assert app.tables.on_start.__qualname__ == "register_tables_at_once.<locals>.on_start"
         assert isinstance(app.monitor, LeanMonitor)
         assert consumer.suspend_flow is not None and consumer.should_stop is False
 

@@ -17,6 +17,8 @@ What each module fixes (upstream issue, where one was found):
   window waited out the window stage's batch wait (none found).
 - `held_batches`: `take_events` acknowledges a batch when the next is taken, so the score
   stage could not begin the next batch while one finishes (none found).
+- `table_start`: the consumer subscribes (asks to join its group) 1 s after the table
+  manager starts, which sleeps before registering the tables (none found).
 - `internals`: what the stages read of Faust's private state (related:
   faust-streaming/faust#497).
 
@@ -38,6 +40,7 @@ from worker.stream.faust_patches.eager_delivery import deliver_eagerly
 from worker.stream.faust_patches.fetch_wait import set_fetch_max_wait
 from worker.stream.faust_patches.lean_monitor import LeanMonitor
 from worker.stream.faust_patches.seek_guard import guard_seek
+from worker.stream.faust_patches.table_start import register_tables_at_once
 
 
 def install(app: faust.App, settings: Settings) -> None:
@@ -58,6 +61,7 @@ def install(app: faust.App, settings: Settings) -> None:
     bound_commits(consumer, stream.rebalance_timeout)
     if stream.fetch_max_wait is not None:
         set_fetch_max_wait(consumer, stream.fetch_max_wait)
+    register_tables_at_once(app.tables)
 
 
 def app_broker(app: faust.App) -> str:

@@ -124,6 +124,17 @@ REQUIRED: tuple[Needs, ...] = (
     *_has("held_batches", "faust.Stream", "add_processor", "_enable_passive"),
     *_uses("held_batches", "faust.streams.Stream.__init__", "_processors"),
     *_has("held_batches", "faust.Stream", "enable_acks", "ack", "wait", "wait_for_stopped"),
+    # table_start: replaces the table manager's `on_start` (upstream: a sleep, then these),
+    # which the conductor waits for before it subscribes.
+    *_has("table_start", "faust.tables.TableManager", "_update_channels", "recovery"),
+    *_has("table_start", "faust.tables.TableManager", "should_stop", "on_start"),
+    *_uses("table_start", "faust.tables.TableManager.on_start", "sleep", "_update_channels"),
+    *_uses("table_start", "faust.tables.TableManager.on_start", "recovery", "start"),
+    *_uses(
+        "table_start",
+        "faust.transport.conductor.Conductor._subscriber",
+        "wait_until_tables_registered",
+    ),
     # internals: what the stages read.
     *_has("internals.current_event", "faust.streams", "_current_event"),
     *_uses("internals.current_event", "faust.streams.current_event", "_current_event"),
@@ -176,7 +187,8 @@ def resolve(path: str) -> Any:
 
 def names_used(function: Any) -> set[str]:
     """The attribute and global names the code of `function` (and of the functions and
-    comprehensions inside it) mentions."""
+    comprehensions inside it) mentions; of a mode `Service.task`, its function's."""
+    function = getattr(function, "fun", function)
     function = getattr(function, "__func__", function)
     function = getattr(function, "__wrapped__", function)
     code = getattr(function, "__code__", None)
