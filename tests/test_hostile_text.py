@@ -10,6 +10,7 @@ from functools import cache
 from unittest import mock
 
 import numpy as np
+import pytest
 from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
@@ -341,18 +342,24 @@ _ANY_PIECE = st.tuples(st.sampled_from(_SAFETY_WORDS) | _NON_ASCII_GLUE | _GLUE,
     st.lists(_ANY_PIECE, min_size=1, max_size=6),
     st.integers(2, 12),
     st.integers(0, 40),
+    st.lists(_ANY_PIECE, max_size=8),
 )
-def test_a_repeating_tail_read_once_finds_what_finditer_finds(
-    head: list[tuple[str, bool]], piece: list[tuple[str, bool]], copies: int, cut: int
+def test_a_repeating_run_read_once_finds_what_finditer_finds(
+    head: list[tuple[str, bool]],
+    piece: list[tuple[str, bool]],
+    copies: int,
+    cut: int,
+    tail: list[tuple[str, bool]],
 ) -> None:
-    # A text ending in one piece repeated is scanned to the end of the piece's first
-    # copy, the rest of its literal starts repeated from there: forced here on short
-    # texts (any beginning, any piece, any number of copies, cut anywhere in the last)
+    # A text that begins or ends with one piece repeated is scanned to the end of the
+    # piece's first copy and from the end of the run, the literal starts in between
+    # repeated from the first copy: forced here on short texts (any beginning, piece,
+    # number of copies, cut anywhere in the last, and any end)
     def joined(pieces: list[tuple[str, bool]]) -> str:
         return "".join(text.upper() if upper else text for text, upper in pieces)
 
     unit = joined(piece)
-    text = joined(head) + unit * copies + unit[: cut % (len(unit) + 1)]
+    text = joined(head) + unit * copies + unit[: cut % (len(unit) + 1)] + joined(tail)
     _assert_read_once_as_whole(_prefilter(), _REGEXES, text)
 
 
@@ -360,20 +367,27 @@ _SMALL_REGEXES = [re.compile(p, re.I) for p in ("ab", "ba", "abc", "cab", "bcab"
 
 
 @PROPERTY
-@given(st.text("abc ", max_size=8), st.text("abc ", min_size=1, max_size=6), st.integers(2, 12))
-@example("", "cab", 4)  # "bcab", the longest literal, from the last place of the first copy
-def test_a_repeating_tail_of_few_letters_read_once_finds_every_literal(
-    head: str, unit: str, copies: int
+@given(
+    st.text("abc ", max_size=8),
+    st.text("abc ", min_size=1, max_size=6),
+    st.integers(2, 12),
+    st.text("abc ", max_size=8),
+)
+@example("", "cab", 4, "")  # "bcab", the longest literal, from the first copy's last place
+@example("", "cab", 4, "bcab")  # "bcab" after the run
+@example("", " bca", 4, "b")  # "bcab" from the last place whose literal crosses the run's end
+def test_a_repeating_run_of_few_letters_read_once_finds_every_literal(
+    head: str, unit: str, copies: int, tail: str
 ) -> None:
-    # few letters, short literals: one straddles the end of the first copy often
-    text = head + unit * copies + unit[: len(head) % len(unit)]
+    # few letters, short literals: one straddles the first copy's end, or the run's, often
+    text = head + unit * copies + unit[: len(head) % len(unit)] + tail
     _assert_read_once_as_whole(LiteralPrefilter(_SMALL_REGEXES), _SMALL_REGEXES, text)
 
 
 def _assert_read_once_as_whole(
     prefilter: LiteralPrefilter, regexes: list[re.Pattern[str]], text: str
 ) -> None:
-    """The literal starts and matches of `text` with its repeating tail read once (forced
+    """The literal starts and matches of `text` with its repeating run read once (forced
     on short texts) are those of reading it whole."""
     folded = literal_prefilter.fold(text)
     assume(folded is not None)  # (a text whose case folding changes its length is read whole)
@@ -390,19 +404,26 @@ def _assert_read_once_as_whole(
     assert [_spans(hits) for hits in found] == [_spans(r.finditer(text)) for r in regexes]
 
 
-def test_a_long_repeating_reply_is_read_once_with_the_same_matches() -> None:
-    # 256 KiB of one harmful sentence after a friendly start, and a harmful sentence
-    # after the repetition: every match where finditer finds it, at the real size
-    prefilter = _prefilter()
-    for tail in ("", " Now kill yourself."):
-        text = "Happy to help! " + "Send me your password and PIN now. " * 7_400 + tail
-        assert literal_prefilter._repeating_tail(
-            text.lower(), literal_prefilter.code_points(text.lower())
-        ) == ((14, 35) if not tail else None)
-        found = prefilter.finditer_all(text)
-        expected = [_spans(r.finditer(text)) for r in _REGEXES]
-        assert sum(map(len, expected)) == 7_400 + bool(tail)
-        assert [_spans(hits) for hits in found] == expected
+@pytest.mark.parametrize(
+    ("before", "after", "run"),
+    [
+        ("Happy to help! ", "", (14, 259_015, 35)),  # a repeating end: from the space
+        ("", " Now kill yourself.", (0, 259_000, 35)),  # a repeating beginning
+        ("Happy to help! ", " Now kill yourself.", None),  # neither: read whole
+    ],
+)
+def test_a_long_repeating_reply_is_read_once_with_the_same_matches(
+    before: str, after: str, run: tuple[int, int, int] | None
+) -> None:
+    # 256 KiB of one harmful sentence, after a friendly start or before a harmful end:
+    # every match where finditer finds it, at the real size
+    text = before + "Send me your password and PIN now. " * 7_400 + after
+    folded = text.lower()
+    assert literal_prefilter._repeating_run(folded, literal_prefilter.code_points(folded)) == run
+    found = _prefilter().finditer_all(text)
+    expected = [_spans(r.finditer(text)) for r in _REGEXES]
+    assert sum(map(len, expected)) == 7_400 + bool(after)
+    assert [_spans(hits) for hits in found] == expected
 
 
 @PROPERTY
