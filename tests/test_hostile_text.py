@@ -427,7 +427,7 @@ def test_a_long_repeating_reply_is_read_once_with_the_same_matches(
 
 
 @PROPERTY
-@given(st.lists(st.tuples(st.sampled_from(_SAFETY_WORDS) | _NON_ASCII_GLUE | _GLUE, st.booleans())))
+@given(st.lists(_ANY_PIECE))
 def test_reports_grouped_as_for_a_long_text_find_what_finditer_finds(
     pieces: list[tuple[str, bool]],
 ) -> None:
