@@ -24,6 +24,7 @@ from worker.suites.literal_prefilter import (
     LiteralPrefilter,
     leading_anchors,
     leading_literals,
+    reach,
     required_literals,
     starts_a_word,
 )
@@ -402,6 +403,79 @@ def _assert_read_once_as_whole(
         found = prefilter.finditer_all(text)
     assert {k: v.tolist() for k, v in once.items()} == {k: v.tolist() for k, v in whole.items()}
     assert [_spans(hits) for hits in found] == [_spans(r.finditer(text)) for r in regexes]
+
+
+def test_a_pattern_reaches_as_far_as_its_longest_match_with_whitespace_runs_as_one() -> None:
+    assert reach(re.compile(r"(?<!\w)any\s*desk\s+(?:now\s+)?send(?!\w)")) == 17
+    assert reach(re.compile(r"(?:code|sms)[^.!?]{0,8}(?:forward|send it)")) == 19
+    assert reach(re.compile(r"a[ \t]+b\s?c")) == 5  # whitespace classes, optional or not
+    assert reach(re.compile(r"a\w+b")) is None  # a word of any length
+    assert reach(re.compile(r"a.*b")) is None
+    assert reach(re.compile(r"a[^.]+b")) is None  # anything but a stop, whitespace included
+
+
+# Bounded patterns whose first literal may repeat far from the rest: whitespace-only
+# items of any length, bounded gaps of any character, optional parts, alternatives.
+_REACH_REGEXES = [
+    re.compile(source, re.IGNORECASE)
+    for source in (
+        r"(?<!\w)ab\s*c\s+(?:d\s+)?cd(?!\w)",
+        r"(?:ab|ba)[^.]{0,3}?(?:dc|cd)",
+        r"\bab(?:\s|[ \t])+(?:c|dd)\s?\.?cd",
+        r"ab\s(?:x|[^.]{1,2})dc",
+    )
+]
+
+
+@PROPERTY
+@given(st.lists(st.sampled_from(["ab", "ba", "c", "d", "cd", "dc", "x", " ", "\n\t ", ".", "a"])))
+@example(["ab", " ", "c", "\n\t ", "d", " ", "cd"])  # the longest: blanks count one each
+@example(["ba", "x", " ", "c", "dc"])  # a bounded gap of anything, a blank in it
+def test_a_pattern_tried_only_within_its_reach_finds_what_finditer_finds(
+    pieces: list[str],
+) -> None:
+    # forced on every text (a pattern is otherwise filtered only where its first word is
+    # in more than `_FEW_PLACES` places): the places left out are those no match begins at
+    text = "".join(pieces)
+    with mock.patch.object(literal_prefilter, "_FEW_PLACES", 0):
+        found = LiteralPrefilter(_REACH_REGEXES).finditer_all(text)
+        shipped = _prefilter().finditer_all(text)
+    assert [_spans(hits) for hits in found] == [_spans(r.finditer(text)) for r in _REACH_REGEXES]
+    assert [_spans(hits) for hits in shipped] == [_spans(r.finditer(text)) for r in _REGEXES]
+
+
+@PROPERTY
+@given(st.lists(_ANY_PIECE | st.sampled_from([(" " * 40, False), ("\n \t" * 9, False)])))
+def test_shipped_patterns_tried_only_within_their_reach_find_what_finditer_finds(
+    pieces: list[tuple[str, bool]],
+) -> None:
+    text = "".join(piece.upper() if upper else piece for piece, upper in pieces)
+    with mock.patch.object(literal_prefilter, "_FEW_PLACES", 0):
+        found = _prefilter().finditer_all(text)
+    assert [_spans(hits) for hits in found] == [_spans(r.finditer(text)) for r in _REGEXES]
+
+
+def test_a_first_word_repeated_far_from_the_rest_of_its_pattern_is_not_tried() -> None:
+    # "anydesk" 30,000 times, then once before "send me the code" after a long blank:
+    # found where finditer finds it, and tried there only, not at every copy
+    # (a gap of any characters: its anchors cannot read on to "send")
+    pattern = re.compile(r"(?<!\w)anydesk\s+[^.]{0,12}?\s*send\s+me\s+the\s+code(?!\w)", re.I)
+    assert ("anydesk",) in (leading_anchors(pattern) or ()) and reach(pattern) == 37
+    prefilter = LiteralPrefilter([pattern])
+    text = "AnyDesk " * 30_000 + "anydesk" + " \n\t " * 2_000 + "now send me  the code."
+    folded = literal_prefilter.fold(text)
+    assert folded is not None
+    codes = literal_prefilter.code_points(folded)
+    places = literal_prefilter._Places(
+        folded, prefilter._literal_starts(folded, codes), prefilter._lengths, codes
+    )
+    everywhere = places.anchored(prefilter._anchor_ids[0], word_start=True)
+    assert len(everywhere) == 30_001
+    # "code" within 37 units (the blank is one): the last copy before it and "anydesk"
+    kept = places.within_reach(everywhere, *prefilter._window_ids[0])
+    assert kept.tolist() == [239_992, 240_000]
+    assert _spans(prefilter.finditer_all(text)[0]) == _spans(pattern.finditer(text))
+    assert len(_spans(pattern.finditer(text))) == 1
 
 
 @pytest.mark.parametrize(

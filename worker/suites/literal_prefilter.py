@@ -38,6 +38,12 @@ of a branch, the longest needed literal of each alternative, together ("send me"
 "national id" or "seed phrase" needs "national" or "phrase"), so a reply repeating "send me
 your card number" tries no pattern whose objects it lacks.
 
+A pattern whose first word is in many places is tried only at those from which each of
+its other required literals starts within its reach (`reach`: the most a match can span,
+counting a run of whitespace as one, so `\\s+` does not make it unbounded): "anydesk"
+repeated 30,000 times before one "send me the code" is tried near that phrase only, not
+30,000 times (each a failed attempt of a 40-character gap before a dozen verbs).
+
 Case: the text and the literals are folded alike (`fold`): lower-cased, then every
 letter that Python's case-insensitive matching equates with another that `str.lower`
 leaves apart ("ı" and "i", "ſ" and "s", "ς" and "σ", the old Cyrillic "ᲁ" and "д", ...:
@@ -69,6 +75,7 @@ _REPEATS = {_c.MAX_REPEAT, _c.MIN_REPEAT, getattr(_c, "POSSESSIVE_REPEAT", _c.MA
 _ATOMIC = getattr(_c, "ATOMIC_GROUP", None)
 _MAX_LITERALS = 256  # a pattern with more possible beginnings is scanned as a whole
 _MIN_REQUIRED = 3
+_MIN_WINDOW_LITERAL = 2  # characters of a literal looked for within a pattern's reach
 _FEW_UNITS = 2048  # a text of at most this many UTF-8 bytes has its reports grouped in Python
 _MIN_REPEATING_TEXT = 4096  # a shorter text is scanned whole, repeating or not
 _REPEAT_PROBE = 32  # characters at a text's end looked for earlier in it (a period)
@@ -481,6 +488,59 @@ def _is_word_class(items: list[tuple[Any, Any]]) -> bool:
     return (_c.CATEGORY, _c.CATEGORY_WORD) in members and (_c.NEGATE, None) not in members
 
 
+def reach(pattern: re.Pattern[str]) -> int | None:
+    """At most how many units a match of `pattern` spans when a run of whitespace counts
+    as one unit (`_Places.units`), or None when that is unbounded (`\\w+`, `.*`). A
+    whitespace-only item (`\\s+`, `\\s*`) reads within one run: at most one unit."""
+    parsed = _parsed(pattern)
+    return None if parsed is None else _reach(parsed)
+
+
+def _reach(items: list[tuple[Any, Any]]) -> int | None:
+    total = 0
+    for op, av in items:
+        if op in _ZERO_WIDTH:
+            continue
+        if _only_space(op, av):
+            width: int | None = 1
+        elif op in _ONE_CHARACTER:
+            width = 1
+        elif op is _c.SUBPATTERN:
+            width = _reach(av[-1])
+        elif _ATOMIC is not None and op is _ATOMIC:
+            width = _reach(av)
+        elif op is _c.BRANCH:
+            widths = [_reach(alternative) for alternative in av[1]]
+            width = None if None in widths else max(w for w in widths if w is not None)
+        elif op in _REPEATS and av[1] < _c.MAXREPEAT:
+            inner = _reach(av[2])
+            width = None if inner is None else av[1] * inner
+        else:
+            return None
+        if width is None:
+            return None
+        total += width
+    return total
+
+
+_ONE_CHARACTER = {_c.LITERAL, _c.NOT_LITERAL, _c.ANY, _c.IN, _c.CATEGORY}
+
+
+def _only_space(op: Any, av: Any) -> bool:
+    """Whether an item matches whitespace only (so whatever it matches is in one run)."""
+    if op is _c.LITERAL:
+        return chr(av).isspace()
+    if op is _c.IN:
+        return all(
+            (kind is _c.CATEGORY and value is _c.CATEGORY_SPACE)
+            or (kind is _c.LITERAL and chr(value).isspace())
+            for kind, value in av
+        )
+    if op in _REPEATS or op is _c.SUBPATTERN:
+        return all(_only_space(*item) for item in av[-1])
+    return False
+
+
 def case_folds() -> dict[str, str]:
     """Lower-case letters that IGNORECASE equates with another lower-case letter (they
     share an upper case: "ı" and "i", "ς" and "σ", "ᲁ" and "д"), each -> one of its class.
@@ -538,6 +598,7 @@ for _letter, _twin in _FOLDS.items():
 _FOLDED_LETTER = re.compile("[" + "".join(map(re.escape, _FOLDS)) + "]")
 
 
+@lru_cache(maxsize=1)  # a turn is folded by the keyword prefilter, then the negation check
 def fold(text: str) -> str | None:
     """`text` lower-cased for the automaton, with the letters IGNORECASE equates mapped
     to one (`_FOLDS`), or None when lower-casing changes its length."""
@@ -573,7 +634,23 @@ class LiteralPrefilter:
             ]
             for pattern in self.patterns
         ]
+        # A pattern tried at many places (its first word is everywhere) is tried only
+        # where its other required literals are within its reach (`reach`): "anydesk"
+        # repeated 30,000 times before one "send me the code" is one attempt, not 30,000.
+        self._windows: list[tuple[int, list[frozenset[str]]] | None] = []
+        for pattern, anchors in zip(self.patterns, self._anchors, strict=True):
+            width = reach(pattern) if anchors is not None else None
+            first_words = frozenset(anchor[0] for anchor in anchors or ())
+            groups = [
+                needed
+                for needed in required_literals(pattern)
+                if min(map(len, needed)) >= _MIN_WINDOW_LITERAL and not needed <= first_words
+            ]
+            self._windows.append((width, groups) if width is not None and groups else None)
         words: set[str] = set()
+        for window in self._windows:
+            for alternatives in window[1] if window else ():
+                words.update(alternatives)
         for anchors in self._anchors:
             for anchor in anchors or ():
                 words.update(word for word in anchor if word != ANY_WORD)
@@ -597,6 +674,12 @@ class LiteralPrefilter:
         self._required_ids = [
             [[number[literal] for literal in needed] for needed in required]
             for required in self._required
+        ]
+        self._window_ids = [
+            None
+            if window is None
+            else (window[0], [[number[lit] for lit in needed] for needed in window[1]])
+            for window in self._windows
         ]
         self._word_start = [starts_a_word(pattern) for pattern in self.patterns]
         # each one-character literal's number at its code point (-1: none), found in one
@@ -668,6 +751,9 @@ class LiteralPrefilter:
                 hits.append((index, pattern.finditer(text)))
             else:
                 candidates = places.anchored(anchors, self._word_start[index])
+                window = self._window_ids[index]
+                if window is not None and len(candidates) > _FEW_PLACES:
+                    candidates = places.within_reach(candidates, *window)
                 hits.append((index, _matches_at(pattern, text, candidates)))
         return hits
 
@@ -800,6 +886,7 @@ class _Places:
         self._space: np.ndarray | None = None  # which positions hold whitespace
         self._words: np.ndarray | None = None  # where no whitespace is
         self._spaces: np.ndarray | None = None
+        self._units: np.ndarray | None = None
         # (word start only, anchor beginning) -> (where it begins, where its last word ends)
         self._found: dict[tuple[bool, tuple[int, ...]], tuple[np.ndarray, np.ndarray]] = {}
         self._next: dict[tuple[bool, tuple[int, ...]], tuple[np.ndarray, np.ndarray]] = {}
@@ -862,6 +949,37 @@ class _Places:
         found = [places for places in found if len(places)]
         return _merged(found) if found else _NO_STARTS
 
+    @property
+    def units(self) -> np.ndarray:
+        """For each position (and the end), how many units come before it: a character
+        that is not whitespace is one, a run of whitespace is one (see `reach`)."""
+        if self._units is None:
+            space = self.space
+            unit = ~space
+            unit[1:] |= space[1:] & ~space[:-1]
+            unit[:1] |= space[:1]
+            self._units = np.concatenate(([0], np.cumsum(unit, dtype=np.int64)))
+        return self._units
+
+    def within_reach(
+        self, candidates: np.ndarray, width: int, groups: list[list[int]]
+    ) -> np.ndarray:
+        """The `candidates` from which, for each group, one of its literals starts within
+        `width` units (`reach`): a match beginning anywhere else would need one further."""
+        units = self.units
+        size = len(self.codes)
+        for group in groups:
+            present = [self.starts[literal] for literal in group if literal in self.starts]
+            if not present:
+                return _NO_STARTS
+            nearest = following(_merged(present), candidates, size)
+            found = nearest < size
+            found[found] = units[nearest[found]] - units[candidates[found]] <= width
+            candidates = candidates[found]
+            if not len(candidates):
+                break
+        return candidates
+
     def _next_starts(
         self, word_start: bool, anchor: tuple[int, ...]
     ) -> tuple[np.ndarray, np.ndarray]:
@@ -900,9 +1018,10 @@ class _Places:
         return places, ends
 
 
+@lru_cache(maxsize=1)  # the folded turn's, read by the prefilter and the negation check
 def code_points(text: str) -> np.ndarray:
-    """The code points of `text`: one byte each when it is ASCII (numpy passes over a
-    quarter of the memory), else four. Look tables up with `lookup`."""
+    """The code points of `text` (read-only): one byte each when it is ASCII (numpy passes
+    over a quarter of the memory), else four. Look tables up with `lookup`."""
     if text.isascii():
         return np.frombuffer(text.encode("ascii"), np.uint8)
     return np.frombuffer(text.encode("utf-32-le", "surrogatepass"), "<u4")

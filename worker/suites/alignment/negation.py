@@ -285,7 +285,8 @@ class NegationScope:
         self.text = text
         self.span_words = span_words
         self._break_ends = clause_break_ends(text)
-        self._verdicts: dict[tuple[NegationRules, bool, str], bool] = {}
+        # keyed by the rules' identity: hashing a compiled pattern hashes its whole code
+        self._verdicts: dict[tuple[int, bool, str], bool] = {}
 
     def _stretch(self, start: int) -> tuple[bool, str]:
         """(whether its first word is cut by the `SPAN_CHARS` limit, the text before
@@ -317,7 +318,7 @@ class NegationScope:
             return False
         rules = rules or ENGLISH
         cut, before = self._stretch(start)
-        key = (rules, cut, before)
+        key = (id(rules), cut, before)
         verdict = self._verdicts.get(key)
         if verdict is None:
             verdict = self._verdicts[key] = rules.negates(self._words(cut, before))
