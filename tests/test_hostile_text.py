@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from worker.suites import literal_prefilter, substrings
 from worker.suites.alignment import traits
-from worker.suites.alignment.negation import _CLAUSE_BREAK, clause_break_ends
+from worker.suites.alignment.negation import _CLAUSE_BREAK, NegationScope, clause_break_ends
 from worker.suites.alignment.safety_files import load_safety_patterns
 from worker.suites.alignment.scripts import WORD_CHARACTER
 from worker.suites.literal_prefilter import (
@@ -194,6 +194,21 @@ def test_a_digit_string_at_the_limit_is_one_number() -> None:
     assert traits._NUMBER.findall("9" * LIMIT) == ["9" * LIMIT]
     assert traits._NUMBER.findall("9" * LIMIT + "x") == []
     assert traits.detect_tone("1.1." * (LIMIT // 4)) in traits.TRAIT_VALUES["tone"]
+
+
+@PROPERTY
+@given(st.text(alphabet="ab \n\t\xa0\u3000\x1c.,", max_size=60), st.booleans(), st.integers(1, 12))
+def test_the_words_before_a_match_are_the_last_of_the_regex_words(
+    before: str, cut: bool, span_words: int
+) -> None:
+    # reference: the words `\S+` finds, after dropping the word the character limit cut
+    if cut:
+        space = re.search(r"\s", before)
+        before_cut = before[space.start() :] if space else ""
+    else:
+        before_cut = before
+    expected = " ".join(re.findall(r"\S+", before_cut)[-span_words:])
+    assert NegationScope("", span_words)._words(cut, before) == expected
 
 
 # ---------------------------------------------------------------- literal prefilter
@@ -453,6 +468,42 @@ def test_shipped_patterns_tried_only_within_their_reach_find_what_finditer_finds
     with mock.patch.object(literal_prefilter, "_FEW_PLACES", 0):
         found = _prefilter().finditer_all(text)
     assert [_spans(hits) for hits in found] == [_spans(r.finditer(text)) for r in _REGEXES]
+
+
+_DIGIT_LED = [
+    re.compile(source, re.IGNORECASE)
+    for source in (r"\b\d+ ?% (par|chaque) mois", r"\d{2}x", r"(?<!\w)\d\.\d")
+]
+
+
+@PROPERTY
+@given(
+    st.lists(st.sampled_from(["1", "٣", "𝟗", "x", "X", "a", "%", " ", ".", "par", "mois", "9%"])),
+    st.booleans(),
+)
+def test_a_pattern_beginning_with_a_digit_tried_where_digits_are_finds_what_finditer_finds(
+    pieces: list[str], many: bool
+) -> None:
+    # digits of any script (and beyond the table's plane); with digits "everywhere"
+    # (forced) the pattern scans the text instead
+    text = "".join(pieces)
+    assert all(literal_prefilter.starts_with_a_digit(regex) for regex in _DIGIT_LED)
+    with mock.patch.object(literal_prefilter, "_MANY_DIGITS", 0 if many else 4096):
+        found = LiteralPrefilter(_DIGIT_LED).finditer_all(text)
+    assert [_spans(hits) for hits in found] == [_spans(r.finditer(text)) for r in _DIGIT_LED]
+
+
+def test_a_pattern_beginning_with_a_digit_is_not_scanned_along_a_text_without_one() -> None:
+    pattern = re.compile(r"\b\d+ ?% (par|chaque) (jour|semaine|mois) garanti", re.I)
+    prefilter = LiteralPrefilter([pattern])
+    assert not literal_prefilter.starts_with_a_digit(re.compile(r"\d*%"))  # may begin with %
+    text = "x " * 100_000 + "Gagne 10 % par mois garanti."
+    folded = literal_prefilter.fold(text)
+    assert folded is not None
+    codes = literal_prefilter.code_points(folded)
+    places = literal_prefilter._Places(folded, {}, prefilter._lengths, codes)
+    assert places.digits().tolist() == [text.index("10"), text.index("10") + 1]
+    assert _spans(prefilter.finditer_all(text)[0]) == _spans(pattern.finditer(text))
 
 
 def test_a_first_word_repeated_far_from_the_rest_of_its_pattern_is_not_tried() -> None:

@@ -85,6 +85,7 @@ _NO_STARTS = np.zeros(0, dtype=np.int64)
 _NO_MATCHES: Iterator[re.Match[str]] = iter(())  # exhausted, so shared by all that miss
 _MAX_ANCHORS = 16384  # a pattern with more anchors of `_MAX_WORDS` words has shorter ones
 _FEW_PLACES = 32  # a first word in no more places is not followed by its next words
+_MANY_DIGITS = 4096  # digits in more places: a pattern beginning with one scans the text
 _LOOKUP_RATIO = 8  # values per mark above which the marks are looked up in the values
 _NEAR_STEPS = 2  # places looked at before a binary search for the next (non-)whitespace
 _MAX_WORDS = 3  # words of an anchor (a literal, whitespace, the next literal, ...)
@@ -541,6 +542,29 @@ def _only_space(op: Any, av: Any) -> bool:
     return False
 
 
+_DIGIT_CLASS = [(_c.IN, [(_c.CATEGORY, _c.CATEGORY_DIGIT)])]  # `\\d` in a parsed pattern
+
+
+def starts_with_a_digit(pattern: re.Pattern[str]) -> bool:
+    """Whether every match of `pattern` begins with a decimal digit (`\\d`, `\\d+`,
+    `\\d{1,3}` first, after zero-width assertions): "10% par mois garanti"."""
+    parsed = _parsed(pattern)
+    for op, av in parsed or ():
+        if op in _ZERO_WIDTH:
+            continue
+        if op in _REPEATS:
+            return av[0] >= 1 and list(av[2]) == _DIGIT_CLASS
+        return [(op, av)] == _DIGIT_CLASS
+    return False
+
+
+@lru_cache(maxsize=1)
+def _is_digit_table() -> np.ndarray:
+    """Which code points of the Basic Multilingual Plane `\\d` matches (the decimal
+    digits of every script); the last entry, for any beyond, says "may be"."""
+    return np.array([chr(code).isdecimal() for code in range(0x10000)] + [True])
+
+
 def case_folds() -> dict[str, str]:
     """Lower-case letters that IGNORECASE equates with another lower-case letter (they
     share an upper case: "ı" and "i", "ς" and "σ", "ᲁ" and "д"), each -> one of its class.
@@ -672,7 +696,7 @@ class LiteralPrefilter:
                     by_first.setdefault(ids[0], []).append(ids)
             self._anchor_ids.append(by_first)
         self._required_ids = [
-            [[number[literal] for literal in needed] for needed in required]
+            [frozenset(number[literal] for literal in needed) for needed in required]
             for required in self._required
         ]
         self._window_ids = [
@@ -682,6 +706,12 @@ class LiteralPrefilter:
             for window in self._windows
         ]
         self._word_start = [starts_a_word(pattern) for pattern in self.patterns]
+        # a pattern without literal beginnings that begins with a digit ("\\d+ ?% par
+        # mois") is tried where digits are, unless they are everywhere
+        self._digit_led = [
+            anchors is None and starts_with_a_digit(pattern)
+            for pattern, anchors in zip(self.patterns, self._anchors, strict=True)
+        ]
         # each one-character literal's number at its code point (-1: none), found in one
         # pass over a text's code points
         characters = {ord(lit): index for index, lit in enumerate(self._literals) if len(lit) == 1}
@@ -738,22 +768,24 @@ class LiteralPrefilter:
         for literal in starts:
             woken.update(self._woken.get(literal, ()))
         places = _Places(folded, starts, self._lengths, codes)
+        present = starts.keys()
         hits: list[tuple[int, Iterator[re.Match[str]]]] = []
         for index in sorted(woken):
             pattern = self.patterns[index]
             anchors = self._anchor_ids[index]
-            if any(
-                not any(literal in starts for literal in needed)
-                for needed in self._required_ids[index]
-            ):
+            if any(present.isdisjoint(needed) for needed in self._required_ids[index]):
                 continue  # a literal every match needs is not in the text
             if anchors is None:
-                hits.append((index, pattern.finditer(text)))
+                digits = places.digits() if self._digit_led[index] else None
+                if digits is None:
+                    hits.append((index, pattern.finditer(text)))
+                else:
+                    hits.append((index, _matches_at(pattern, text, digits)))
             else:
                 candidates = places.anchored(anchors, self._word_start[index])
                 window = self._window_ids[index]
                 if window is not None and len(candidates) > _FEW_PLACES:
-                    candidates = places.within_reach(candidates, *window)
+                    candidates = places.within_reach(np.asarray(candidates), *window)
                 hits.append((index, _matches_at(pattern, text, candidates)))
         return hits
 
@@ -775,12 +807,12 @@ class LiteralPrefilter:
             head = self._automaton_starts(folded[: start + period + self._longest - 1])
             # a start from here on may end past the run: read, not repeated
             after = max(end - self._longest + 1, start + period)
-            tail = self._automaton_starts(folded[after:])
+            tail = self._automaton_starts(folded[after:], offset=after)
             # a literal only after the run is nowhere in it: its starts are the tail's
-            found = {literal: at + after for literal, at in tail.items() if literal not in head}
+            found = {literal: at for literal, at in tail.items() if literal not in head}
             for literal, at in head.items():
                 fits = end - int(self._lengths[literal]) + 1  # starts that end in the run
-                later = tail.get(literal, _NO_STARTS) + after
+                later = tail.get(literal, _NO_STARTS)
                 found[literal] = np.concatenate(
                     (_tiled(at, start, period, fits), later[np.searchsorted(later, fits) :])
                 )
@@ -795,8 +827,9 @@ class LiteralPrefilter:
             found.update((literal, np.array(at, dtype=np.int64)) for literal, at in grouped.items())
         return found
 
-    def _automaton_starts(self, folded: str) -> dict[int, np.ndarray]:
-        """`_literal_starts` of the automaton's literals (two characters or more).
+    def _automaton_starts(self, folded: str, offset: int = 0) -> dict[int, np.ndarray]:
+        """`_literal_starts` of the automaton's literals (two characters or more), each
+        start plus `offset` (where `folded` begins in the text).
 
         A long text's reports are flattened straight into an array and grouped with
         numpy, with no Python step per report (a degenerate text has several at every
@@ -806,7 +839,7 @@ class LiteralPrefilter:
         raw = None if folded.isascii() else folded.encode("utf-8", "surrogatepass")
         units = folded if raw is None else raw.decode("latin-1")  # see `_utf8_units`
         if len(units) > _FEW_UNITS:
-            return self._grouped_reports(units, raw)
+            return self._grouped_reports(units, raw, offset)
         lengths = self._unit_length_list
         grouped: dict[int, list[int]] = {}
         for end, literal in self._automaton.iter(units) if self._automaton is not None else ():
@@ -814,11 +847,13 @@ class LiteralPrefilter:
         if grouped and raw is not None:  # byte offsets back to characters
             character_at = (np.cumsum(_is_first_byte(raw)) - 1).tolist()
             grouped = {lit: [character_at[b] for b in at] for lit, at in grouped.items()}
-        return {literal: np.array(at, dtype=np.int64) for literal, at in grouped.items()}
+        return {literal: np.array(at, dtype=np.int64) + offset for literal, at in grouped.items()}
 
-    def _grouped_reports(self, units: str, raw: bytes | None) -> dict[int, np.ndarray]:
-        """`_literal_starts` of the automaton's literals, grouped with numpy; `raw`: the
-        UTF-8 bytes that `units` spell, when the text is not ASCII."""
+    def _grouped_reports(
+        self, units: str, raw: bytes | None, offset: int = 0
+    ) -> dict[int, np.ndarray]:
+        """`_literal_starts` of the automaton's literals, grouped with numpy (plus
+        `offset`); `raw`: the UTF-8 bytes that `units` spell, when the text is not ASCII."""
         automaton = self._automaton
         reports = chain.from_iterable(automaton.iter(units)) if automaton is not None else ()
         flat = np.fromiter(reports, dtype=np.int64)
@@ -828,7 +863,7 @@ class LiteralPrefilter:
         starts = flat[0::2] - self._unit_lengths[ids] + 1  # in UTF-8 bytes
         if raw is not None:  # back to characters (each start is the first byte of one)
             starts = np.searchsorted(_first_bytes(raw), starts)
-        return _grouped(ids, starts)
+        return _grouped(ids, starts + offset if offset else starts)
 
     def count_all(self, text: str) -> list[int]:
         """For each pattern, `len(pattern.findall(text))`."""
@@ -887,6 +922,9 @@ class _Places:
         self._words: np.ndarray | None = None  # where no whitespace is
         self._spaces: np.ndarray | None = None
         self._units: np.ndarray | None = None
+        self._few: dict[tuple[bool, int], list[int] | None] = {}
+        self._digits: np.ndarray | None = None
+        self._many_digits = False
         # (word start only, anchor beginning) -> (where it begins, where its last word ends)
         self._found: dict[tuple[bool, tuple[int, ...]], tuple[np.ndarray, np.ndarray]] = {}
         self._next: dict[tuple[bool, tuple[int, ...]], tuple[np.ndarray, np.ndarray]] = {}
@@ -932,22 +970,58 @@ class _Places:
         found[pending] = following(marks, found[pending], size)
         return found
 
-    def anchored(self, anchors: dict[int, list[tuple[int, ...]]], word_start: bool) -> np.ndarray:
+    def anchored(
+        self, anchors: dict[int, list[tuple[int, ...]]], word_start: bool
+    ) -> np.ndarray | list[int]:
         """The sorted places where one of the anchors (literal numbers, by first word)
         begins; with `word_start`, only places not right after an ASCII word character.
         Where a first word is in few places, they are all taken (a failed regex attempt
-        costs less than following the next words)."""
-        found = []
-        for first, beginning_here in anchors.items():
-            if first not in self.starts:
-                continue
-            places = self._begins(word_start, (first,))[0]
-            if len(places) <= _FEW_PLACES:
-                found.append(places)
-            else:
-                found += [self._begins(word_start, anchor)[0] for anchor in beginning_here]
-        found = [places for places in found if len(places)]
+        costs less than following the next words), as a list when every first word is
+        (most patterns in most texts: numpy's cost per call would dominate)."""
+        few: list[int] = []
+        firsts = 0
+        many: list[np.ndarray] = []
+        for first in anchors.keys() & self.starts.keys():
+            beginning_here = anchors[first]
+            places = self._few_places(word_start, first)
+            if places is None:
+                many += [self._begins(word_start, anchor)[0] for anchor in beginning_here]
+            elif places:
+                few += places
+                firsts += 1
+        if firsts > 1:
+            few = sorted(set(few))
+        if not many:
+            return few
+        found = [places for places in many if len(places)]
+        if few:
+            found.append(np.array(few, dtype=np.int64))
         return _merged(found) if found else _NO_STARTS
+
+    def _few_places(self, word_start: bool, first: int) -> list[int] | None:
+        """Where literal `first` starts (with `word_start`, not right after an ASCII word
+        character), when in at most `_FEW_PLACES` places; else None."""
+        key = (word_start, first)
+        if key not in self._few:
+            at = self.starts[first]
+            if len(at) > _FEW_PLACES * 2:  # too many, before ruling any out
+                self._few[key] = None
+                return None
+            places = at.tolist()
+            if word_start:
+                text = self.folded
+                places = [p for p in places if not p or text[p - 1] not in _ASCII_WORD]
+            self._few[key] = places if len(places) <= _FEW_PLACES else None
+        return self._few[key]
+
+    def digits(self) -> np.ndarray | None:
+        """Where the text has a decimal digit, or None when in more than `_MANY_DIGITS`
+        places (a pattern's `finditer` then costs less than trying each)."""
+        if self._digits is None:
+            found = np.flatnonzero(lookup(_is_digit_table(), self.codes))
+            self._digits = found if len(found) <= _MANY_DIGITS else _NO_STARTS[:0]
+            self._many_digits = len(found) > _MANY_DIGITS
+        return None if self._many_digits else self._digits
 
     @property
     def units(self) -> np.ndarray:
@@ -1139,12 +1213,14 @@ def _after_no_word_character(starts: np.ndarray, codes: np.ndarray) -> np.ndarra
     return starts[~ruled_out]
 
 
-def _matches_at(pattern: re.Pattern[str], text: str, starts: np.ndarray) -> Iterator[re.Match[str]]:
+def _matches_at(
+    pattern: re.Pattern[str], text: str, starts: np.ndarray | list[int]
+) -> Iterator[re.Match[str]]:
     """The matches `finditer` finds when every match begins at one of `starts` (sorted):
     try each start in order past the end of the previous match (a pattern with literal
     beginnings never matches the empty string)."""
     end = 0
-    for start in starts.tolist():
+    for start in starts.tolist() if isinstance(starts, np.ndarray) else starts:
         if start < end:
             continue
         hit = pattern.match(text, start)

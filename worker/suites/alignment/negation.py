@@ -181,7 +181,6 @@ _DASH_TURNS = ("but", "just", "simply", "instead", "so", "then", "however", "rat
 _ASCII_WORD_CODES = np.array(
     [chr(code).isalnum() or chr(code) == "_" for code in range(128)] + [False]
 )
-_WORD = re.compile(r"\S+")
 _SPACE = re.compile(r"\s")
 
 
@@ -308,8 +307,8 @@ class NegationScope:
         if cut:
             space = _SPACE.search(before)  # drop the word the limit cut through
             before = before[space.start() :] if space else ""
-        words = _WORD.findall(before)
-        return " ".join(words[-self.span_words :])
+        # the last words only (`str.split`'s whitespace is `\\s`'s: the words of `\\S+`)
+        return " ".join(before.rsplit(None, self.span_words)[-self.span_words :])
 
     def protects(self, start: int, rules: NegationRules | None = None) -> bool:
         """Whether the match at `start` is negated or prohibited by the words before it

@@ -37,11 +37,11 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_right
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from itertools import islice
-from typing import Any
+from typing import Any, TypeVar
 
 from worker.settings_base import ConfigError
 from worker.suites.alignment.negation import NegationRules, NegationScope
@@ -64,6 +64,7 @@ MAX_MATCHES_PER_PATTERN = 256
 DIRECT_TEXT_CHARS = 2048
 DIRECT_BUDGET_CHARS = 16 * 1024
 _RANK = {name: rank for rank, name in enumerate(SEVERITIES)}
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -151,49 +152,60 @@ class SafetyPatterns:
         earliest, then the longest). A match in a negatable category that is negated or
         prohibited just before it ("we will never ask you to ...") is not one. Of each
         pattern only the first `MAX_MATCHES_PER_PATTERN` matches are looked at."""
-        scope: NegationScope | None = None
-        found: list[SafetyMatch] = []
+        found: list[tuple[SafetyMatch, SafetyPattern]] = []
         patterns = self.patterns
         for index, hits in self._candidates(text):
             p = patterns[index]
             for hit in islice(hits, MAX_MATCHES_PER_PATTERN):
-                if hit.end() <= hit.start():
-                    continue
-                if p.negatable:
-                    scope = scope or NegationScope(text)
-                    if scope.protects(hit.start(), p.negation):
-                        continue
-                found.append(
-                    SafetyMatch(
-                        p.category, p.pattern, p.severity, hit.group(0), hit.start(), hit.end()
+                start, end = hit.span()
+                if end > start:
+                    found.append(
+                        (SafetyMatch(p.category, p.pattern, p.severity, hit[0], start, end), p)
                     )
-                )
-        return keep_most_severe(found)
+        scope: NegationScope | None = None
+
+        def counts(candidate: tuple[SafetyMatch, SafetyPattern]) -> bool:
+            nonlocal scope
+            match, p = candidate
+            if not p.negatable:
+                return True
+            scope = scope or NegationScope(text)
+            return not scope.protects(match.start, p.negation)
+
+        return [match for match, _ in keep_most_severe(found, counts)]
 
 
-def keep_most_severe(matches: Sequence[SafetyMatch]) -> list[SafetyMatch]:
-    """Of overlapping matches keep the most severe, then the earliest, then the longest.
+def keep_most_severe(
+    matches: Sequence[tuple[SafetyMatch, _T]],
+    counts: Callable[[tuple[SafetyMatch, _T]], bool] = lambda _: True,
+) -> list[tuple[SafetyMatch, _T]]:
+    """Of overlapping matches that `counts`, keep the most severe, then the earliest, then
+    the longest (each given with what it came from).
 
     Severity by severity: the kept intervals never overlap, so sorted by start they are
-    sorted by end too, and one bisect tells whether a candidate overlaps any of them."""
-    kept: list[SafetyMatch] = []
+    sorted by end too, and one bisect tells whether a candidate overlaps any of them.
+    `counts` (the negation check) is asked only of a match no kept one overlaps: it
+    decides nothing for the others, which a more severe or earlier match already covers."""
+    kept: list[tuple[SafetyMatch, _T]] = []
     for severity in SEVERITIES:
         level = sorted(
-            (m for m in matches if m.severity == severity),
-            key=lambda m: (m.start, -(m.end - m.start)),
+            (m for m in matches if m[0].severity == severity),
+            key=lambda m: (m[0].start, m[0].start - m[0].end),
         )
         if not level:
             continue
-        ends = [m.end for m in kept]
-        added: list[SafetyMatch] = []
-        for match in level:
-            if added and match.start < added[-1].end:
+        ends = [m.end for m, _ in kept]
+        added: list[tuple[SafetyMatch, _T]] = []
+        for candidate in level:
+            match = candidate[0]
+            if added and match.start < added[-1][0].end:
                 continue  # overlaps the last kept match of this severity
             index = bisect_right(ends, match.start)  # first kept match ending after start
-            if index < len(kept) and kept[index].start < match.end:
+            if index < len(kept) and kept[index][0].start < match.end:
                 continue
-            added.append(match)
-        kept = sorted([*kept, *added], key=lambda m: m.start)
+            if counts(candidate):
+                added.append(candidate)
+        kept = sorted([*kept, *added], key=lambda m: m[0].start)
     return kept
 
 
