@@ -825,6 +825,21 @@ def test_emoji_acronym_and_passive_cues_are_as_before(text: str, passive_text: s
     assert traits._PASSIVE.findall(passive_text) == _PASSIVE_BEFORE.findall(passive_text)
 
 
+@PROPERTY
+@given(st.text(alphabet="aı İſ\u1c80ςΣK\U0001f600", max_size=40), st.integers(0, 3))
+def test_a_few_twin_letters_are_folded_as_many_are(text: str, few: int) -> None:
+    # below `_FEW_FOLDS` letters to map they are replaced one by one, above it every code
+    # point goes through the table: the same text either way
+    literal_prefilter.fold.cache_clear()
+    with mock.patch.object(literal_prefilter, "_FEW_FOLDS", few):
+        by_letter = literal_prefilter.fold(text)
+    literal_prefilter.fold.cache_clear()
+    with mock.patch.object(literal_prefilter, "_FEW_FOLDS", -1):
+        by_table = literal_prefilter.fold(text)
+    literal_prefilter.fold.cache_clear()
+    assert by_letter == by_table
+
+
 def test_the_written_out_case_twins_are_this_pythons():
     """The prefilter folds text with a table written out in the source (computing it reads
     every BMP code point at each start); it must be the one this Python's Unicode data

@@ -622,6 +622,13 @@ for _letter, _twin in _FOLDS.items():
 _FOLDED_LETTER = re.compile("[" + "".join(map(re.escape, _FOLDS)) + "]")
 
 
+_FEW_FOLDS = 64  # letters to map above which the whole text is mapped by code point
+
+
+def _fold_letter(letter: re.Match[str]) -> str:
+    return _FOLDS[letter[0]]
+
+
 @lru_cache(maxsize=1)  # a turn is folded by the keyword prefilter, then the negation check
 def fold(text: str) -> str | None:
     """`text` lower-cased for the automaton, with the letters IGNORECASE equates mapped
@@ -630,6 +637,10 @@ def fold(text: str) -> str | None:
     if len(folded) != len(text):
         return None
     if not folded.isascii() and _FOLDED_LETTER.search(folded):
+        # a few such letters (a Turkish "ı" in a long reply) are replaced where they are
+        replaced, count = _FOLDED_LETTER.subn(_fold_letter, folded, count=_FEW_FOLDS + 1)
+        if count <= _FEW_FOLDS:
+            return replaced
         codes = np.frombuffer(folded.encode("utf-32-le", "surrogatepass"), "<u4")
         beyond = codes >= len(_FOLD_CODES) - 1  # the table's last entry is no letter's
         mapped = np.where(beyond, codes, _FOLD_CODES[np.minimum(codes, len(_FOLD_CODES) - 1)])
@@ -712,6 +723,8 @@ class LiteralPrefilter:
             anchors is None and starts_with_a_digit(pattern)
             for pattern, anchors in zip(self.patterns, self._anchors, strict=True)
         ]
+        if any(self._digit_led):
+            _is_digit_table()  # built with the prefilter (before a worker forks), not per text
         # each one-character literal's number at its code point (-1: none), found in one
         # pass over a text's code points
         characters = {ord(lit): index for index, lit in enumerate(self._literals) if len(lit) == 1}
@@ -1105,7 +1118,7 @@ def lookup(table: np.ndarray, codes: np.ndarray) -> np.ndarray:
     """`table[code]` for each code point; the table's last entry for any beyond it."""
     if codes.dtype == np.uint8 and len(table) >= 256:
         return np.take(table[:256], codes)  # every byte is an index of it
-    found: np.ndarray = table[np.minimum(codes, len(table) - 1)]
+    found: np.ndarray = np.take(table, codes, mode="clip")  # (no array of clipped codes)
     return found
 
 

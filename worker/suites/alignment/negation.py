@@ -217,18 +217,17 @@ def _break_ends(folded: str) -> list[int]:
         def next_word(positions: np.ndarray) -> np.ndarray:
             return following(words, positions, len(codes))
 
+        # the words are looked for where they would turn (after each dash), not along
+        # the whole text: a reply with few dashes costs a few steps per word
         turns = next_word(dashes + 1)
         span_ends = np.full(len(dashes), -1, dtype=np.int64)
         for word in _DASH_TURNS:
-            places = _word_places(codes, word)
-            span_ends = np.where(_among(turns, places), turns + len(word), span_ends)
-        ands = _word_places(codes, "and", whole=False)
-        ands = ands[next_word(ands + 3) > ands + 3]  # whitespace after "and"
+            span_ends = np.where(_word_at(codes, turns, word), turns + len(word), span_ends)
+        at_and = np.flatnonzero(_word_at(codes, turns, "and", whole=False))
+        ands = turns[at_and]
         thens = next_word(ands + 3)
-        ands = ands[_among(thens, _word_places(codes, "then"))]
-        ends_of_and = next_word(ands + 3) + 4
-        at_and = _among(turns, ands)
-        span_ends[at_and] = ends_of_and[np.searchsorted(ands, turns[at_and])]
+        then = (thens > ands + 3) & _word_at(codes, thens, "then")  # whitespace between
+        span_ends[at_and[then]] = thens[then] + 4
         spans = span_ends >= 0
         span_starts, span_ends = dashes[spans], span_ends[spans]
         found.append(span_ends)
@@ -244,15 +243,6 @@ def _break_ends(folded: str) -> list[int]:
     return distinct
 
 
-def _among(values: np.ndarray, sorted_set: np.ndarray) -> np.ndarray:
-    """Whether each value is in `sorted_set` (a sorted array; `np.isin` sorts both)."""
-    if not len(sorted_set):
-        return np.zeros(len(values), dtype=bool)
-    index = np.minimum(np.searchsorted(sorted_set, values), len(sorted_set) - 1)
-    found: np.ndarray = sorted_set[index] == values
-    return found
-
-
 def _word_places(codes: np.ndarray, word: str, whole: bool = True) -> np.ndarray:
     """Where `word` (lower-case ASCII) starts in the text; with `whole`, only where no
     word character follows it (`word\\b`)."""
@@ -262,6 +252,20 @@ def _word_places(codes: np.ndarray, word: str, whole: bool = True) -> np.ndarray
     if whole:
         places = places[_not_word(codes, places + len(word))]
     return places
+
+
+def _word_at(codes: np.ndarray, positions: np.ndarray, word: str, whole: bool = True) -> np.ndarray:
+    """Whether `word` (lower-case ASCII) starts at each position; with `whole`, only where
+    no word character follows it (`word\\b`)."""
+    size = len(codes)
+    at = positions + len(word) <= size
+    inside = np.where(at, positions, 0)
+    for offset, char in enumerate(word):
+        at &= codes[np.minimum(inside + offset, size - 1)] == ord(char)
+    if whole:
+        at &= _not_word(codes, positions + len(word))
+    found: np.ndarray = at
+    return found
 
 
 def _not_word(codes: np.ndarray, positions: np.ndarray) -> np.ndarray:
