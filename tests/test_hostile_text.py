@@ -22,6 +22,7 @@ from worker.suites.alignment.scripts import WORD_CHARACTER
 from worker.suites.literal_prefilter import (
     ANY_WORD,
     LiteralPrefilter,
+    blank_runs,
     leading_anchors,
     leading_literals,
     reach,
@@ -427,6 +428,11 @@ def test_a_pattern_reaches_as_far_as_its_longest_match_with_whitespace_runs_as_o
     assert reach(re.compile(r"a\w+b")) is None  # a word of any length
     assert reach(re.compile(r"a.*b")) is None
     assert reach(re.compile(r"a[^.]+b")) is None  # anything but a stop, whitespace included
+    # words of any length read into no run of whitespace; a bounded gap into one a char
+    assert blank_runs(re.compile(r"\bschick\w*\s+(?:mir|uns)\s+(?:bitte\s+)?foto")) == 3
+    assert blank_runs(re.compile(r"a[a-z]+\S*\s?[^.]{0,2}b")) == 3
+    assert blank_runs(re.compile(r"a[ -~]+b")) is None  # the range holds the space
+    assert blank_runs(re.compile(r"a.*b")) is None
 
 
 # Bounded patterns whose first literal may repeat far from the rest: whitespace-only
@@ -438,6 +444,8 @@ _REACH_REGEXES = [
         r"(?:ab|ba)[^.]{0,3}?(?:dc|cd)",
         r"\bab(?:\s|[ \t])+(?:c|dd)\s?\.?cd",
         r"ab\s(?:x|[^.]{1,2})dc",
+        r"\bab\w*\s+(?:c|dd)\s+cd",  # a word of any length: bounded in tokens only
+        r"ba\S*\s?x\w+\s+dc",
     )
 ]
 
@@ -446,6 +454,8 @@ _REACH_REGEXES = [
 @given(st.lists(st.sampled_from(["ab", "ba", "c", "d", "cd", "dc", "x", " ", "\n\t ", ".", "a"])))
 @example(["ab", " ", "c", "\n\t ", "d", " ", "cd"])  # the longest: blanks count one each
 @example(["ba", "x", " ", "c", "dc"])  # a bounded gap of anything, a blank in it
+@example(["ab", "c", "d", " ", "dd", "\n\t ", "cd"])  # tokens: two per run of whitespace
+@example(["ab", " ", "c", " ", "dc"])  # a gap of any character: a run for each
 def test_a_pattern_tried_only_within_its_reach_finds_what_finditer_finds(
     pieces: list[str],
 ) -> None:

@@ -527,6 +527,63 @@ def _reach(items: list[tuple[Any, Any]]) -> int | None:
 _ONE_CHARACTER = {_c.LITERAL, _c.NOT_LITERAL, _c.ANY, _c.IN, _c.CATEGORY}
 
 
+def blank_runs(pattern: re.Pattern[str]) -> int | None:
+    """At most how many runs of whitespace a match of `pattern` reads into, or None when
+    that is unbounded. Unlike `reach`, words of any length count nothing: `schick\\w*\\s+
+    (?:mir|uns)` reads into one run, so "mir" is at most two tokens after "schick"
+    (`_Places.tokens`)."""
+    parsed = _parsed(pattern)
+    return None if parsed is None else _blank_runs(parsed)
+
+
+def _blank_runs(items: list[tuple[Any, Any]]) -> int | None:
+    total = 0
+    for op, av in items:
+        if op in _ZERO_WIDTH or _never_space(op, av):
+            continue
+        if _only_space(op, av) or op in _ONE_CHARACTER:
+            runs: int | None = 1
+        elif op is _c.SUBPATTERN:
+            runs = _blank_runs(av[-1])
+        elif _ATOMIC is not None and op is _ATOMIC:
+            runs = _blank_runs(av)
+        elif op is _c.BRANCH:
+            found = [_blank_runs(alternative) for alternative in av[1]]
+            runs = None if None in found else max(r for r in found if r is not None)
+        elif op in _REPEATS and av[1] < _c.MAXREPEAT:
+            inner = _blank_runs(av[2])
+            runs = None if inner is None else av[1] * inner
+        else:
+            return None
+        if runs is None:
+            return None
+        total += runs
+    return total
+
+
+_NOT_SPACE_CATEGORIES = {_c.CATEGORY_WORD, _c.CATEGORY_DIGIT, _c.CATEGORY_NOT_SPACE}
+_SPACES = [code for code in range(0x3001) if chr(code).isspace()]  # none above U+3000
+
+
+def _never_space(op: Any, av: Any) -> bool:
+    """Whether an item never matches whitespace (`\\w*`, `[a-z]+`, a letter)."""
+    if op is _c.LITERAL:
+        return not chr(av).isspace()
+    if op is _c.CATEGORY:
+        return av in _NOT_SPACE_CATEGORIES
+    if op is _c.IN:
+        return all(
+            _never_space(kind, value) or _range_without_space(kind, value) for kind, value in av
+        )
+    if op in _REPEATS or op is _c.SUBPATTERN:
+        return all(_never_space(*item) for item in av[-1])
+    return False
+
+
+def _range_without_space(kind: Any, value: Any) -> bool:
+    return kind is _c.RANGE and not any(value[0] <= code <= value[1] for code in _SPACES)
+
+
 def _only_space(op: Any, av: Any) -> bool:
     """Whether an item matches whitespace only (so whatever it matches is in one run)."""
     if op is _c.LITERAL:
@@ -672,19 +729,21 @@ class LiteralPrefilter:
         # A pattern tried at many places (its first word is everywhere) is tried only
         # where its other required literals are within its reach (`reach`): "anydesk"
         # repeated 30,000 times before one "send me the code" is one attempt, not 30,000.
-        self._windows: list[tuple[int, list[frozenset[str]]] | None] = []
+        self._windows: list[tuple[int | None, int | None, list[frozenset[str]]] | None] = []
         for pattern, anchors in zip(self.patterns, self._anchors, strict=True):
             width = reach(pattern) if anchors is not None else None
+            runs = blank_runs(pattern) if anchors is not None else None
             first_words = frozenset(anchor[0] for anchor in anchors or ())
             groups = [
                 needed
                 for needed in required_literals(pattern)
                 if min(map(len, needed)) >= _MIN_WINDOW_LITERAL and not needed <= first_words
             ]
-            self._windows.append((width, groups) if width is not None and groups else None)
+            bounded = width is not None or runs is not None
+            self._windows.append((width, runs, groups) if bounded and groups else None)
         words: set[str] = set()
         for window in self._windows:
-            for alternatives in window[1] if window else ():
+            for alternatives in window[2] if window else ():
                 words.update(alternatives)
         for anchors in self._anchors:
             for anchor in anchors or ():
@@ -713,7 +772,7 @@ class LiteralPrefilter:
         self._window_ids = [
             None
             if window is None
-            else (window[0], [[number[lit] for lit in needed] for needed in window[1]])
+            else (window[0], window[1], [[number[lit] for lit in needed] for needed in window[2]])
             for window in self._windows
         ]
         self._word_start = [starts_a_word(pattern) for pattern in self.patterns]
@@ -935,6 +994,7 @@ class _Places:
         self._words: np.ndarray | None = None  # where no whitespace is
         self._spaces: np.ndarray | None = None
         self._units: np.ndarray | None = None
+        self._tokens: np.ndarray | None = None
         self._few: dict[tuple[bool, int], list[int] | None] = {}
         self._digits: np.ndarray | None = None
         self._many_digits = False
@@ -1048,12 +1108,28 @@ class _Places:
             self._units = np.concatenate(([0], np.cumsum(unit, dtype=np.int64)))
         return self._units
 
+    @property
+    def tokens(self) -> np.ndarray:
+        """For each position, how many tokens (runs of whitespace, runs of anything else)
+        begin at or before it (see `blank_runs`)."""
+        if self._tokens is None:
+            space = self.space
+            begins = np.ones(len(space), dtype=bool)
+            begins[1:] = space[1:] != space[:-1]
+            self._tokens = np.cumsum(begins, dtype=np.int64)
+        return self._tokens
+
     def within_reach(
-        self, candidates: np.ndarray, width: int, groups: list[list[int]]
+        self,
+        candidates: np.ndarray,
+        width: int | None,
+        runs: int | None,
+        groups: list[list[int]],
     ) -> np.ndarray:
         """The `candidates` from which, for each group, one of its literals starts within
-        `width` units (`reach`): a match beginning anywhere else would need one further."""
-        units = self.units
+        `width` units (`reach`) and within two tokens per run of whitespace the pattern
+        reads into (`blank_runs`; each bound when there is one): a match beginning
+        anywhere else would need a literal further."""
         size = len(self.codes)
         for group in groups:
             present = [self.starts[literal] for literal in group if literal in self.starts]
@@ -1061,7 +1137,12 @@ class _Places:
                 return _NO_STARTS
             nearest = following(_merged(present), candidates, size)
             found = nearest < size
-            found[found] = units[nearest[found]] - units[candidates[found]] <= width
+            if width is not None:
+                units = self.units
+                found[found] = units[nearest[found]] - units[candidates[found]] <= width
+            if runs is not None:
+                tokens = self.tokens
+                found[found] = tokens[nearest[found]] - tokens[candidates[found]] <= 2 * runs
             candidates = candidates[found]
             if not len(candidates):
                 break

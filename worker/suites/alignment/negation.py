@@ -256,15 +256,17 @@ def _word_places(codes: np.ndarray, word: str, whole: bool = True) -> np.ndarray
 
 def _word_at(codes: np.ndarray, positions: np.ndarray, word: str, whole: bool = True) -> np.ndarray:
     """Whether `word` (lower-case ASCII) starts at each position; with `whole`, only where
-    no word character follows it (`word\\b`)."""
-    size = len(codes)
-    at = positions + len(word) <= size
-    inside = np.where(at, positions, 0)
+    no word character follows it (`word\\b`). Each next letter is compared only where
+    the letters before it matched (after 131,000 commas, one comparison each)."""
+    found = np.zeros(len(positions), dtype=bool)
+    index = np.flatnonzero(positions + len(word) <= len(codes))
     for offset, char in enumerate(word):
-        at &= codes[np.minimum(inside + offset, size - 1)] == ord(char)
+        index = index[codes[positions[index] + offset] == ord(char)]
+        if not len(index):
+            return found
     if whole:
-        at &= _not_word(codes, positions + len(word))
-    found: np.ndarray = at
+        index = index[_not_word(codes, positions[index] + len(word))]
+    found[index] = True
     return found
 
 
