@@ -381,6 +381,12 @@ def test_a_repeating_run_read_once_finds_what_finditer_finds(
 
 
 _SMALL_REGEXES = [re.compile(p, re.I) for p in ("ab", "ba", "abc", "cab", "bcab", "a b")]
+# ... and what fails at most of their places: looking on or back (one letter, a run of
+# whitespace, a word boundary), or a bounded gap
+_FAILING_REGEXES = [
+    re.compile(p, re.I)
+    for p in (r"ab(?!c)", r"(?<!b )ca\b", r"a\s*b(?=\s+c)", r"\bbc(?!\s*a)", r"ab[^.]{0,2}ac")
+]
 
 
 @PROPERTY
@@ -401,6 +407,32 @@ def test_a_repeating_run_of_few_letters_read_once_finds_every_literal(
     _assert_read_once_as_whole(LiteralPrefilter(_SMALL_REGEXES), _SMALL_REGEXES, text)
 
 
+@PROPERTY
+@given(
+    st.text("abc ", max_size=8),
+    st.text("abc .", min_size=1, max_size=6),
+    st.integers(2, 12),
+    st.text("abc ", max_size=8),
+)
+@example("", "abc ", 6, "")  # "ab" then "c": fails in every copy
+@example("", "ab ", 6, " c")  # "a b" before " c" at the run's end only
+@example("b", " ca", 6, "")  # "b " before the run: its first place only fails to look back
+def test_a_pattern_failing_in_a_repeating_run_is_tried_in_its_first_copy_only(
+    head: str, unit: str, copies: int, tail: str
+) -> None:
+    # a run's later places are dropped when the first copy's fail: the same matches
+    text = head + unit * copies + tail
+    _assert_read_once_as_whole(LiteralPrefilter(_FAILING_REGEXES), _FAILING_REGEXES, text)
+
+
+def test_what_an_attempt_reads_around_its_start() -> None:
+    extent = literal_prefilter.read_extent
+    assert extent(re.compile(r"\bammazzati\b(?!\s+(da|dai|tutti))")) == (1, 16)
+    assert extent(re.compile(r"(?<!\bnot\s)\bkill\s+yourself\b")) == (5, 15)
+    assert extent(re.compile(r"^kill")) is None  # where it is tried matters
+    assert extent(re.compile(r"kill\w+")) is None
+
+
 def _assert_read_once_as_whole(
     prefilter: LiteralPrefilter, regexes: list[re.Pattern[str]], text: str
 ) -> None:
@@ -409,14 +441,18 @@ def _assert_read_once_as_whole(
     folded = literal_prefilter.fold(text)
     assume(folded is not None)  # (a text whose case folding changes its length is read whole)
     codes = literal_prefilter.code_points(folded)
+    literal_prefilter._run_of.cache_clear()
     whole = prefilter._literal_starts(folded, codes)
     with (
         mock.patch.object(literal_prefilter, "_MIN_REPEATING_TEXT", 0),
         mock.patch.object(literal_prefilter, "_MIN_COPIES", 2),
         mock.patch.object(literal_prefilter, "_REPEAT_PROBE", 4),
+        mock.patch.object(literal_prefilter, "_FEW_PLACES", 0),  # the run's attempts too
     ):
+        literal_prefilter._run_of.cache_clear()  # (the run of this text, looked for again)
         once = prefilter._literal_starts(folded, codes)
         found = prefilter.finditer_all(text)
+    literal_prefilter._run_of.cache_clear()
     assert {k: v.tolist() for k, v in once.items()} == {k: v.tolist() for k, v in whole.items()}
     assert [_spans(hits) for hits in found] == [_spans(r.finditer(text)) for r in regexes]
 

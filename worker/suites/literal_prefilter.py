@@ -42,7 +42,15 @@ A pattern whose first word is in many places is tried only at those from which e
 its other required literals starts within its reach (`reach`: the most a match can span,
 counting a run of whitespace as one, so `\\s+` does not make it unbounded): "anydesk"
 repeated 30,000 times before one "send me the code" is tried near that phrase only, not
-30,000 times (each a failed attempt of a 40-character gap before a dozen verbs).
+30,000 times (each a failed attempt of a 40-character gap before a dozen verbs). A
+word of any length (`\\w*`) leaves the reach unbounded, but not the number of runs of
+whitespace a match reads into (`blank_runs`): that bounds it in tokens instead.
+
+In a run of one piece repeated, an attempt that reads only inside the run ends as the
+attempt one copy earlier does (`read_extent`: what it reads before and after its start,
+lookarounds included); when a pattern matches at none of its places in the first copy,
+its places in the later copies are dropped (`_Places.without_repeated_failures`):
+"ammazzati" repeated, tried by "ammazzati unless 'da' follows", is one failed attempt.
 
 Case: the text and the literals are folded alike (`fold`): lower-cased, then every
 letter that Python's case-insensitive matching equates with another that `str.lower`
@@ -561,6 +569,106 @@ def _blank_runs(items: list[tuple[Any, Any]]) -> int | None:
     return total
 
 
+def read_extent(pattern: re.Pattern[str]) -> tuple[int, int] | None:
+    """(characters read before a match's start, units read from it: its `reach` and
+    what its lookaheads and word boundaries look at), or None when unbounded or when the
+    pattern looks at the text's beginning or end (its outcome would depend on where it
+    is tried, not only on the text around)."""
+    parsed = _parsed(pattern)
+    if parsed is None:
+        return None
+    back = _behind(parsed)
+    ahead = _ahead(parsed)
+    return None if back is None or ahead is None else (back + 1, ahead + 1)
+
+
+_BOUNDARIES = {_c.AT_BOUNDARY, _c.AT_NON_BOUNDARY}
+
+
+def _behind(items: list[tuple[Any, Any]]) -> int | None:
+    """The most characters a lookbehind in `items` reads (a lookbehind has a fixed width)."""
+    most = 0
+    for op, av in items:
+        if op in (_c.ASSERT, _c.ASSERT_NOT):
+            width = _characters(av[1]) if av[0] < 0 else _behind(av[1])
+        elif op is _c.AT:
+            width = 0 if av in _BOUNDARIES else None
+        elif op is _c.SUBPATTERN or op in _REPEATS:
+            width = _behind(av[-1])
+        elif _ATOMIC is not None and op is _ATOMIC:
+            width = _behind(av)
+        elif op is _c.BRANCH:
+            found = [_behind(alternative) for alternative in av[1]]
+            width = None if None in found else max(w for w in found if w is not None)
+        elif op in _ONE_CHARACTER:
+            width = 0
+        else:
+            return None
+        if width is None:
+            return None
+        most = max(most, width)
+    return most
+
+
+def _characters(items: list[tuple[Any, Any]]) -> int | None:
+    """The most characters `items` consume (None: unbounded)."""
+    total = 0
+    for op, av in items:
+        if op in _ZERO_WIDTH:
+            continue
+        if op in _ONE_CHARACTER:
+            width: int | None = 1
+        elif op is _c.SUBPATTERN:
+            width = _characters(av[-1])
+        elif op is _c.BRANCH:
+            found = [_characters(alternative) for alternative in av[1]]
+            width = None if None in found else max(w for w in found if w is not None)
+        elif op in _REPEATS and av[1] < _c.MAXREPEAT:
+            inner = _characters(av[2])
+            width = None if inner is None else av[1] * inner
+        else:
+            return None
+        if width is None:
+            return None
+        total += width
+    return total
+
+
+def _ahead(items: list[tuple[Any, Any]]) -> int | None:
+    """The most units `items` read from where they start: what they consume (`reach`),
+    or further where a lookahead or a word boundary looks."""
+    consumed = 0
+    most = 0
+    for op, av in items:
+        if op in (_c.ASSERT, _c.ASSERT_NOT):
+            extent = _ahead(av[1])  # (a lookbehind's own lookaheads, too)
+        elif op is _c.AT:
+            extent = 1 if av in _BOUNDARIES else None
+        elif op is _c.SUBPATTERN:
+            extent = _ahead(av[-1])
+        elif _ATOMIC is not None and op is _ATOMIC:
+            extent = _ahead(av)
+        elif op is _c.BRANCH:
+            found = [_ahead(alternative) for alternative in av[1]]
+            extent = None if None in found else max(e for e in found if e is not None)
+        elif op in _REPEATS and not _only_space(op, av):
+            inner, body = _reach(av[2]), _ahead(av[2])
+            if inner is None or body is None or av[1] >= _c.MAXREPEAT:
+                return None
+            extent = max(av[1] - 1, 0) * inner + body
+        else:
+            extent = _reach([(op, av)])
+        if extent is None:
+            return None
+        most = max(most, consumed + extent)
+        if op not in _ZERO_WIDTH:
+            width = _reach([(op, av)])
+            if width is None:
+                return None
+            consumed += width
+    return most
+
+
 _NOT_SPACE_CATEGORIES = {_c.CATEGORY_WORD, _c.CATEGORY_DIGIT, _c.CATEGORY_NOT_SPACE}
 _SPACES = [code for code in range(0x3001) if chr(code).isspace()]  # none above U+3000
 
@@ -693,11 +801,13 @@ def fold(text: str) -> str | None:
     folded = text.lower()
     if len(folded) != len(text):
         return None
-    if not folded.isascii() and _FOLDED_LETTER.search(folded):
+    twin = None if folded.isascii() else _FOLDED_LETTER.search(folded)
+    if twin is not None:
         # a few such letters (a Turkish "ı" in a long reply) are replaced where they are
-        replaced, count = _FOLDED_LETTER.subn(_fold_letter, folded, count=_FEW_FOLDS + 1)
+        before, rest = folded[: twin.start()], folded[twin.start() :]
+        replaced, count = _FOLDED_LETTER.subn(_fold_letter, rest, count=_FEW_FOLDS + 1)
         if count <= _FEW_FOLDS:
-            return replaced
+            return before + replaced
         codes = np.frombuffer(folded.encode("utf-32-le", "surrogatepass"), "<u4")
         beyond = codes >= len(_FOLD_CODES) - 1  # the table's last entry is no letter's
         mapped = np.where(beyond, codes, _FOLD_CODES[np.minimum(codes, len(_FOLD_CODES) - 1)])
@@ -776,6 +886,12 @@ class LiteralPrefilter:
             for window in self._windows
         ]
         self._word_start = [starts_a_word(pattern) for pattern in self.patterns]
+        # how far before and after its start an attempt of the pattern reads (a run of
+        # one piece repeated is tried in its first copy only when it fails there)
+        self._extents = [
+            read_extent(pattern) if anchors is not None else None
+            for pattern, anchors in zip(self.patterns, self._anchors, strict=True)
+        ]
         # a pattern without literal beginnings that begins with a digit ("\\d+ ?% par
         # mois") is tried where digits are, unless they are everywhere
         self._digit_led = [
@@ -840,6 +956,7 @@ class LiteralPrefilter:
         for literal in starts:
             woken.update(self._woken.get(literal, ()))
         places = _Places(folded, starts, self._lengths, codes)
+        run = _run_of(folded)
         present = starts.keys()
         hits: list[tuple[int, Iterator[re.Match[str]]]] = []
         for index in sorted(woken):
@@ -858,6 +975,11 @@ class LiteralPrefilter:
                 window = self._window_ids[index]
                 if window is not None and len(candidates) > _FEW_PLACES:
                     candidates = places.within_reach(np.asarray(candidates), *window)
+                extent = self._extents[index]
+                if run is not None and extent is not None and len(candidates) > _FEW_PLACES:
+                    candidates = places.without_repeated_failures(
+                        pattern, text, np.asarray(candidates), run, *extent
+                    )
                 hits.append((index, _matches_at(pattern, text, candidates)))
         return hits
 
@@ -871,7 +993,7 @@ class LiteralPrefilter:
         of the piece's first copy and from the end of the run on; the literals' starts in
         between are that copy's, repeated (`_tiled`): the same positions, without reading
         every copy."""
-        run = _repeating_run(folded, codes) if len(folded) > _MIN_REPEATING_TEXT else None
+        run = _run_of(folded)
         if run is None:
             found = self._automaton_starts(folded)
         else:
@@ -1108,6 +1230,36 @@ class _Places:
             self._units = np.concatenate(([0], np.cumsum(unit, dtype=np.int64)))
         return self._units
 
+    def without_repeated_failures(
+        self,
+        pattern: re.Pattern[str],
+        text: str,
+        candidates: np.ndarray,
+        run: tuple[int, int, int],
+        back: int,
+        ahead: int,
+    ) -> np.ndarray:
+        """The `candidates`, less those inside a repeating run (`_repeating_run`) when
+        the pattern matches at none of them in the run's first copy.
+
+        An attempt from a place that reads (`read_extent`: `back` characters before it,
+        `ahead` units from it) only inside the run reads the same characters as from
+        one period earlier, so it ends the same: if none of the first copy's places (in
+        the text's own reading) begins a match, none of the later ones does. (A place
+        that is no candidate begins no match, so it fails too.) "ammazzati" repeated
+        for 256 KiB is then one failed attempt of "ammazzati, unless 'da' follows", not
+        29,000."""
+        start, end, period = run
+        units = self.units
+        first = start + back  # from here, nothing before the run is read
+        last = units[end] - ahead - 2  # from a place this many units in, nothing after
+        inside = units[candidates] <= last
+        in_first_copy = candidates[inside & (candidates >= first) & (candidates < first + period)]
+        if any(pattern.match(text, place) for place in in_first_copy.tolist()):
+            return candidates
+        kept: np.ndarray = candidates[~(inside & (candidates >= first + period))]
+        return kept
+
     @property
     def tokens(self) -> np.ndarray:
         """For each position, how many tokens (runs of whitespace, runs of anything else)
@@ -1259,6 +1411,14 @@ def _repeating_run(text: str, codes: np.ndarray) -> tuple[int, int, int] | None:
         runs.append((0, end, period))
     runs = [run for run in runs if run[1] - run[0] >= run[2] * _MIN_COPIES]
     return max(runs, key=lambda run: run[1] - run[0], default=None)
+
+
+@lru_cache(maxsize=1)  # read by the literal search, then by the attempts in the run
+def _run_of(folded: str) -> tuple[int, int, int] | None:
+    """`_repeating_run` of a folded text long enough to look for one."""
+    if len(folded) <= _MIN_REPEATING_TEXT:
+        return None
+    return _repeating_run(folded, code_points(folded))
 
 
 def _tiled(head: np.ndarray, start: int, period: int, limit: int) -> np.ndarray:
