@@ -258,13 +258,30 @@ def _spans(hits: Iterable[re.Match[str]]) -> list[tuple[int, int, str]]:
     return [(hit.start(), hit.end(), hit.group(0)) for hit in hits]
 
 
+def _cased(pieces: Iterable[tuple[str, bool]]) -> str:
+    """The pieces joined, each in upper case where drawn so."""
+    return "".join(piece.upper() if upper else piece for piece, upper in pieces)
+
+
+def _spans_of(found: Iterable[Iterable[re.Match[str]]]) -> list[list[tuple[int, int, str]]]:
+    """Each pattern's matches (as the prefilter gives them) as spans."""
+    return [_spans(hits) for hits in found]
+
+
+def _finditer_spans(
+    regexes: Iterable[re.Pattern[str]], text: str
+) -> list[list[tuple[int, int, str]]]:
+    """What each regex's own `finditer` finds in `text`, as spans."""
+    return [_spans(regex.finditer(text)) for regex in regexes]
+
+
 @PROPERTY
 @given(st.lists(st.tuples(_PIECES, st.booleans()), max_size=60))
 def test_the_prefilter_finds_what_finditer_finds(pieces: list[tuple[str, bool]]) -> None:
     # Shipped safety words in any case, with the letters Unicode case-folds onto ASCII.
-    text = "".join(piece.upper() if upper else piece for piece, upper in pieces)
+    text = _cased(pieces)
     found = _prefilter().finditer_all(text)
-    assert [_spans(hits) for hits in found] == [_spans(r.finditer(text)) for r in _REGEXES]
+    assert _spans_of(found) == _finditer_spans(_REGEXES, text)
 
 
 def test_the_prefilter_reads_the_shipped_patterns_by_their_literals() -> None:
@@ -323,9 +340,9 @@ _GLUE = st.sampled_from(
 def test_the_prefilter_finds_what_finditer_finds_next_to_letters(
     pieces: list[tuple[str, bool]],
 ) -> None:
-    text = "".join(piece.upper() if upper else piece for piece, upper in pieces)
+    text = _cased(pieces)
     found = _prefilter().finditer_all(text)
-    assert [_spans(hits) for hits in found] == [_spans(r.finditer(text)) for r in _REGEXES]
+    assert _spans_of(found) == _finditer_spans(_REGEXES, text)
 
 
 # Non-ASCII texts, read by the automaton as UTF-8 bytes: the shipped words of scripts
@@ -345,9 +362,9 @@ _NON_ASCII_GLUE = st.sampled_from(
 def test_the_prefilter_finds_what_finditer_finds_in_non_ascii_texts(
     pieces: list[tuple[str, bool]],
 ) -> None:
-    text = "".join(piece.upper() if upper else piece for piece, upper in pieces)
+    text = _cased(pieces)
     found = _prefilter().finditer_all(text)
-    assert [_spans(hits) for hits in found] == [_spans(r.finditer(text)) for r in _REGEXES]
+    assert _spans_of(found) == _finditer_spans(_REGEXES, text)
 
 
 _ANY_PIECE = st.tuples(st.sampled_from(_SAFETY_WORDS) | _NON_ASCII_GLUE | _GLUE, st.booleans())
@@ -454,7 +471,7 @@ def _assert_read_once_as_whole(
         found = prefilter.finditer_all(text)
     literal_prefilter._run_of.cache_clear()
     assert {k: v.tolist() for k, v in once.items()} == {k: v.tolist() for k, v in whole.items()}
-    assert [_spans(hits) for hits in found] == [_spans(r.finditer(text)) for r in regexes]
+    assert _spans_of(found) == _finditer_spans(regexes, text)
 
 
 def test_a_pattern_reaches_as_far_as_its_longest_match_with_whitespace_runs_as_one() -> None:
@@ -501,8 +518,8 @@ def test_a_pattern_tried_only_within_its_reach_finds_what_finditer_finds(
     with mock.patch.object(literal_prefilter, "_FEW_PLACES", 0):
         found = LiteralPrefilter(_REACH_REGEXES).finditer_all(text)
         shipped = _prefilter().finditer_all(text)
-    assert [_spans(hits) for hits in found] == [_spans(r.finditer(text)) for r in _REACH_REGEXES]
-    assert [_spans(hits) for hits in shipped] == [_spans(r.finditer(text)) for r in _REGEXES]
+    assert _spans_of(found) == _finditer_spans(_REACH_REGEXES, text)
+    assert _spans_of(shipped) == _finditer_spans(_REGEXES, text)
 
 
 @PROPERTY
@@ -510,10 +527,10 @@ def test_a_pattern_tried_only_within_its_reach_finds_what_finditer_finds(
 def test_shipped_patterns_tried_only_within_their_reach_find_what_finditer_finds(
     pieces: list[tuple[str, bool]],
 ) -> None:
-    text = "".join(piece.upper() if upper else piece for piece, upper in pieces)
+    text = _cased(pieces)
     with mock.patch.object(literal_prefilter, "_FEW_PLACES", 0):
         found = _prefilter().finditer_all(text)
-    assert [_spans(hits) for hits in found] == [_spans(r.finditer(text)) for r in _REGEXES]
+    assert _spans_of(found) == _finditer_spans(_REGEXES, text)
 
 
 _DIGIT_LED = [
@@ -536,7 +553,7 @@ def test_a_pattern_beginning_with_a_digit_tried_where_digits_are_finds_what_find
     assert all(literal_prefilter.starts_with_a_digit(regex) for regex in _DIGIT_LED)
     with mock.patch.object(literal_prefilter, "_MANY_DIGITS", 0 if many else 4096):
         found = LiteralPrefilter(_DIGIT_LED).finditer_all(text)
-    assert [_spans(hits) for hits in found] == [_spans(r.finditer(text)) for r in _DIGIT_LED]
+    assert _spans_of(found) == _finditer_spans(_DIGIT_LED, text)
 
 
 def test_a_pattern_beginning_with_a_digit_is_not_scanned_along_a_text_without_one() -> None:
@@ -592,7 +609,7 @@ def test_a_long_repeating_reply_is_read_once_with_the_same_matches(
     folded = text.lower()
     assert literal_prefilter._repeating_run(folded, literal_prefilter.code_points(folded)) == run
     found = _prefilter().finditer_all(text)
-    expected = [_spans(r.finditer(text)) for r in _REGEXES]
+    expected = _finditer_spans(_REGEXES, text)
     assert sum(map(len, expected)) == 7_400 + bool(after)
     assert [_spans(hits) for hits in found] == expected
 
@@ -604,10 +621,10 @@ def test_reports_grouped_as_for_a_long_text_find_what_finditer_finds(
 ) -> None:
     # A text longer than `_FEW_UNITS` has its reports grouped with numpy, a shorter one in
     # Python: forced here on every text, ASCII or not.
-    text = "".join(piece.upper() if upper else piece for piece, upper in pieces)
+    text = _cased(pieces)
     with mock.patch.object(literal_prefilter, "_FEW_UNITS", 0):
         found = _prefilter().finditer_all(text)
-    assert [_spans(hits) for hits in found] == [_spans(r.finditer(text)) for r in _REGEXES]
+    assert _spans_of(found) == _finditer_spans(_REGEXES, text)
 
 
 def test_the_automaton_reads_utf8_and_maps_back_to_characters() -> None:
@@ -617,7 +634,7 @@ def test_the_automaton_reads_utf8_and_maps_back_to_characters() -> None:
     filler = "世界\U0001f600 " * 20_000
     text = filler + " ".join(words)
     found = _prefilter().finditer_all(text)
-    expected = [_spans(r.finditer(text)) for r in _REGEXES]
+    expected = _finditer_spans(_REGEXES, text)
     assert any(expected)
     assert [_spans(hits) for hits in found] == expected
 
@@ -629,10 +646,10 @@ def test_following_every_anchor_finds_what_finditer_finds(
 ) -> None:
     # A first word in more than `_FEW_PLACES` places is followed by its next words; here
     # every one is, whatever the text's size.
-    text = "".join(piece.upper() if upper else piece for piece, upper in pieces)
+    text = _cased(pieces)
     with mock.patch.object(literal_prefilter, "_FEW_PLACES", 0):
         found = _prefilter().finditer_all(text)
-        assert [_spans(hits) for hits in found] == [_spans(r.finditer(text)) for r in _REGEXES]
+        assert _spans_of(found) == _finditer_spans(_REGEXES, text)
 
 
 @PROPERTY
@@ -643,14 +660,14 @@ def test_anchors_followed_the_other_way_find_what_finditer_finds(
     # A rare next word is looked up among the places after a frequent first word (not the
     # other way round), and the next (non-)whitespace is found by a binary search at
     # once: forced here on every text.
-    text = "".join(piece.upper() if upper else piece for piece, upper in pieces)
+    text = _cased(pieces)
     with (
         mock.patch.object(literal_prefilter, "_FEW_PLACES", 0),
         mock.patch.object(literal_prefilter, "_LOOKUP_RATIO", 0),
         mock.patch.object(literal_prefilter, "_NEAR_STEPS", 0),
     ):
         found = _prefilter().finditer_all(text)
-        assert [_spans(hits) for hits in found] == [_spans(r.finditer(text)) for r in _REGEXES]
+        assert _spans_of(found) == _finditer_spans(_REGEXES, text)
 
 
 @PROPERTY
@@ -763,7 +780,7 @@ _CUE_PIECES = st.sampled_from([*_CUE_WORDS, "ed", "ly", " ", "  ", "\n", "-", "_
 @PROPERTY
 @given(st.lists(st.tuples(_CUE_PIECES, st.booleans()), max_size=60))
 def test_trait_cue_counts_are_the_regex_counts(pieces: list[tuple[str, bool]]) -> None:
-    text = "".join(piece.upper() if upper else piece for piece, upper in pieces)
+    text = _cased(pieces)
     counts = LiteralPrefilter(_CUE_REGEXES).count_all(text)
     assert counts == [len(regex.findall(text)) for regex in _CUE_REGEXES]
 

@@ -65,7 +65,7 @@ from __future__ import annotations
 
 import re
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from functools import lru_cache
 from itertools import chain
 from typing import Any
@@ -506,30 +506,61 @@ def reach(pattern: re.Pattern[str]) -> int | None:
 
 
 def _reach(items: list[tuple[Any, Any]]) -> int | None:
+    return _widest(items, _units)
+
+
+_GO_IN = -1  # from a leaf measure: not a leaf, measure what it holds
+
+
+def _widest(items: list[tuple[Any, Any]], leaf: Callable[[Any, Any], int | None]) -> int | None:
+    """The most a match of `items` can take, summed item by item: `leaf` measures an
+    item (or says `_GO_IN`: a group, alternatives or a bounded repeat, measured from what
+    they hold); None when unbounded."""
     total = 0
     for op, av in items:
-        if op in _ZERO_WIDTH:
-            continue
-        if _only_space(op, av):
-            width: int | None = 1
-        elif op in _ONE_CHARACTER:
-            width = 1
-        elif op is _c.SUBPATTERN:
-            width = _reach(av[-1])
-        elif _ATOMIC is not None and op is _ATOMIC:
-            width = _reach(av)
-        elif op is _c.BRANCH:
-            widths = [_reach(alternative) for alternative in av[1]]
-            width = None if None in widths else max(w for w in widths if w is not None)
-        elif op in _REPEATS and av[1] < _c.MAXREPEAT:
-            inner = _reach(av[2])
-            width = None if inner is None else av[1] * inner
-        else:
-            return None
+        width = leaf(op, av)
+        if width == _GO_IN:
+            if op is _c.SUBPATTERN:
+                width = _widest(av[-1], leaf)
+            elif _ATOMIC is not None and op is _ATOMIC:
+                width = _widest(av, leaf)
+            elif op is _c.BRANCH:
+                width = _most([_widest(alternative, leaf) for alternative in av[1]])
+            elif op in _REPEATS and av[1] < _c.MAXREPEAT:
+                inner = _widest(av[2], leaf)
+                width = None if inner is None else av[1] * inner
+            else:
+                width = None
         if width is None:
             return None
         total += width
     return total
+
+
+def _most(widths: list[int | None]) -> int | None:
+    """The widest of alternatives, None when one is unbounded."""
+    return None if None in widths else max(w for w in widths if w is not None)
+
+
+def _units(op: Any, av: Any) -> int | None:
+    """`reach`'s measure: a character is a unit, so is a run of whitespace."""
+    if op in _ZERO_WIDTH:
+        return 0
+    return 1 if _only_space(op, av) or op in _ONE_CHARACTER else _GO_IN
+
+
+def _runs(op: Any, av: Any) -> int | None:
+    """`blank_runs`' measure: what never matches whitespace reads into no run."""
+    if op in _ZERO_WIDTH or _never_space(op, av):
+        return 0
+    return 1 if _only_space(op, av) or op in _ONE_CHARACTER else _GO_IN
+
+
+def _chars(op: Any, av: Any) -> int | None:
+    """`_characters`' measure: a character each."""
+    if op in _ZERO_WIDTH:
+        return 0
+    return 1 if op in _ONE_CHARACTER else _GO_IN
 
 
 _ONE_CHARACTER = {_c.LITERAL, _c.NOT_LITERAL, _c.ANY, _c.IN, _c.CATEGORY}
@@ -545,28 +576,7 @@ def blank_runs(pattern: re.Pattern[str]) -> int | None:
 
 
 def _blank_runs(items: list[tuple[Any, Any]]) -> int | None:
-    total = 0
-    for op, av in items:
-        if op in _ZERO_WIDTH or _never_space(op, av):
-            continue
-        if _only_space(op, av) or op in _ONE_CHARACTER:
-            runs: int | None = 1
-        elif op is _c.SUBPATTERN:
-            runs = _blank_runs(av[-1])
-        elif _ATOMIC is not None and op is _ATOMIC:
-            runs = _blank_runs(av)
-        elif op is _c.BRANCH:
-            found = [_blank_runs(alternative) for alternative in av[1]]
-            runs = None if None in found else max(r for r in found if r is not None)
-        elif op in _REPEATS and av[1] < _c.MAXREPEAT:
-            inner = _blank_runs(av[2])
-            runs = None if inner is None else av[1] * inner
-        else:
-            return None
-        if runs is None:
-            return None
-        total += runs
-    return total
+    return _widest(items, _runs)
 
 
 def read_extent(pattern: re.Pattern[str]) -> tuple[int, int] | None:
@@ -598,8 +608,7 @@ def _behind(items: list[tuple[Any, Any]]) -> int | None:
         elif _ATOMIC is not None and op is _ATOMIC:
             width = _behind(av)
         elif op is _c.BRANCH:
-            found = [_behind(alternative) for alternative in av[1]]
-            width = None if None in found else max(w for w in found if w is not None)
+            width = _most([_behind(alternative) for alternative in av[1]])
         elif op in _ONE_CHARACTER:
             width = 0
         else:
@@ -612,26 +621,7 @@ def _behind(items: list[tuple[Any, Any]]) -> int | None:
 
 def _characters(items: list[tuple[Any, Any]]) -> int | None:
     """The most characters `items` consume (None: unbounded)."""
-    total = 0
-    for op, av in items:
-        if op in _ZERO_WIDTH:
-            continue
-        if op in _ONE_CHARACTER:
-            width: int | None = 1
-        elif op is _c.SUBPATTERN:
-            width = _characters(av[-1])
-        elif op is _c.BRANCH:
-            found = [_characters(alternative) for alternative in av[1]]
-            width = None if None in found else max(w for w in found if w is not None)
-        elif op in _REPEATS and av[1] < _c.MAXREPEAT:
-            inner = _characters(av[2])
-            width = None if inner is None else av[1] * inner
-        else:
-            return None
-        if width is None:
-            return None
-        total += width
-    return total
+    return _widest(items, _chars)
 
 
 def _ahead(items: list[tuple[Any, Any]]) -> int | None:
@@ -649,8 +639,7 @@ def _ahead(items: list[tuple[Any, Any]]) -> int | None:
         elif _ATOMIC is not None and op is _ATOMIC:
             extent = _ahead(av)
         elif op is _c.BRANCH:
-            found = [_ahead(alternative) for alternative in av[1]]
-            extent = None if None in found else max(e for e in found if e is not None)
+            extent = _most([_ahead(alternative) for alternative in av[1]])
         elif op in _REPEATS and not _only_space(op, av):
             inner, body = _reach(av[2]), _ahead(av[2])
             if inner is None or body is None or av[1] >= _c.MAXREPEAT:
