@@ -84,6 +84,9 @@ _ATOMIC = getattr(_c, "ATOMIC_GROUP", None)
 _MAX_LITERALS = 256  # a pattern with more possible beginnings is scanned as a whole
 _MIN_REQUIRED = 3
 _MIN_WINDOW_LITERAL = 2  # characters of a literal looked for within a pattern's reach
+# ... when not ASCII: a two-letter ASCII word ("at", "ai") is in most English replies,
+# and each literal found costs every reply a report and an array
+_MIN_ASCII_WINDOW_LITERAL = 3
 _FEW_UNITS = 2048  # a text of at most this many UTF-8 bytes has its reports grouped in Python
 _MIN_REPEATING_TEXT = 4096  # a shorter text is scanned whole, repeating or not
 _REPEAT_PROBE = 32  # characters at a text's end looked for earlier in it (a period)
@@ -497,6 +500,12 @@ def _is_word_class(items: list[tuple[Any, Any]]) -> bool:
     return (_c.CATEGORY, _c.CATEGORY_WORD) in members and (_c.NEGATE, None) not in members
 
 
+def _rare_enough(literal: str) -> bool:
+    """Whether a literal is worth looking for to bound where a pattern is tried."""
+    least = _MIN_ASCII_WINDOW_LITERAL if literal.isascii() else _MIN_WINDOW_LITERAL
+    return len(literal) >= least
+
+
 def reach(pattern: re.Pattern[str]) -> int | None:
     """At most how many units a match of `pattern` spans when a run of whitespace counts
     as one unit (`_Places.units`), or None when that is unbounded (`\\w+`, `.*`). A
@@ -836,7 +845,7 @@ class LiteralPrefilter:
             groups = [
                 needed
                 for needed in required_literals(pattern)
-                if min(map(len, needed)) >= _MIN_WINDOW_LITERAL and not needed <= first_words
+                if all(map(_rare_enough, needed)) and not needed <= first_words
             ]
             bounded = width is not None or runs is not None
             self._windows.append((width, runs, groups) if bounded and groups else None)
@@ -1030,7 +1039,9 @@ class LiteralPrefilter:
         if grouped and raw is not None:  # byte offsets back to characters
             character_at = (np.cumsum(_is_first_byte(raw)) - 1).tolist()
             grouped = {lit: [character_at[b] for b in at] for lit, at in grouped.items()}
-        return {literal: np.array(at, dtype=np.int64) + offset for literal, at in grouped.items()}
+        if offset:
+            grouped = {literal: [start + offset for start in at] for literal, at in grouped.items()}
+        return {literal: np.array(at, dtype=np.int64) for literal, at in grouped.items()}
 
     def _grouped_reports(
         self, units: str, raw: bytes | None, offset: int = 0
