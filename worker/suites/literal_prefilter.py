@@ -1118,8 +1118,7 @@ class _Places:
         self._units: np.ndarray | None = None
         self._tokens: np.ndarray | None = None
         self._few: dict[tuple[bool, int], list[int] | None] = {}
-        self._digits: np.ndarray | None = None
-        self._many_digits = False
+        self._digits: tuple[np.ndarray | None] | None = None
         # (word start only, anchor beginning) -> (where it begins, where its last word ends)
         self._found: dict[tuple[bool, tuple[int, ...]], tuple[np.ndarray, np.ndarray]] = {}
         self._next: dict[tuple[bool, tuple[int, ...]], tuple[np.ndarray, np.ndarray]] = {}
@@ -1212,11 +1211,10 @@ class _Places:
     def digits(self) -> np.ndarray | None:
         """Where the text has a decimal digit, or None when in more than `_MANY_DIGITS`
         places (a pattern's `finditer` then costs less than trying each)."""
-        if self._digits is None:
+        if self._digits is None:  # (found once: a tuple, since None is an answer)
             found = np.flatnonzero(lookup(_is_digit_table(), self.codes))
-            self._digits = found if len(found) <= _MANY_DIGITS else _NO_STARTS[:0]
-            self._many_digits = len(found) > _MANY_DIGITS
-        return None if self._many_digits else self._digits
+            self._digits = (found if len(found) <= _MANY_DIGITS else None,)
+        return self._digits[0]
 
     @property
     def units(self) -> np.ndarray:
