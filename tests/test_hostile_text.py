@@ -609,7 +609,8 @@ def test_reports_grouped_as_for_a_long_text_find_what_finditer_finds(
     pieces: list[tuple[str, bool]],
 ) -> None:
     # A text longer than `_FEW_UNITS` has its reports grouped with numpy, a shorter one in
-    # Python: forced here on every text, ASCII or not.
+    # Python, and its ASCII pairs found apart from the automaton: forced here on every
+    # text, ASCII or not.
     text = _cased(pieces)
     with mock.patch.object(literal_prefilter, "_FEW_UNITS", 0):
         found = _prefilter().finditer_all(text)

@@ -7,7 +7,7 @@ patterns over a 256 KiB reply took seconds.
 
 `LiteralPrefilter` reads each pattern once: when every match has to begin with one of a
 few literal strings (found by walking the parsed pattern past its zero-width assertions),
-those strings go into one Aho-Corasick automaton (`pyahocorasick`, in C). A text is then
+those strings go into one Aho-Corasick automaton (`ahocorasick_rs`, in Rust). A text is then
 folded to lower case once and read once by the automaton; each pattern is tried with
 `match` only where one of its literals starts, in order, which yields exactly the
 matches of `finditer` (a match can begin nowhere else). Patterns without such literals,
@@ -15,7 +15,8 @@ and texts that lower-casing would not keep aligned, are scanned with `finditer` 
 
 On a degenerate text (a phrase repeated for 256 KiB) the automaton reports a literal at
 nearly every word, so its reports go straight into numpy arrays and are grouped there,
-with no Python step per report (one-character literals are found by numpy alone). Fewer
+with no Python step per report (one-character literals, and two ASCII characters, are
+found by numpy alone: a table lookup over the text's code points, or their pairs). Fewer
 places are tried: a literal beginning reads on through small classes of literals
 (`n[i1]gg` begins with "nigg" or "n1gg", not "n"), and a pattern that must start a word
 (`\\b` or `(?<!\\w)` before a word character) is not tried right after an ASCII letter,
@@ -70,7 +71,7 @@ from functools import lru_cache
 from itertools import chain
 from typing import Any
 
-import ahocorasick
+import ahocorasick_rs
 import numpy as np
 
 with warnings.catch_warnings():
@@ -88,6 +89,7 @@ _MIN_WINDOW_LITERAL = 2  # characters of a literal looked for within a pattern's
 # and each literal found costs every reply a report and an array
 _MIN_ASCII_WINDOW_LITERAL = 3
 _FEW_UNITS = 2048  # a text of at most this many UTF-8 bytes has its reports grouped in Python
+_PAIR_BASE = 129  # the ASCII code points, and one that stands for every other
 _MIN_REPEATING_TEXT = 4096  # a shorter text is scanned whole, repeating or not
 _REPEAT_PROBE = 32  # characters at a text's end looked for earlier in it (a period)
 _MIN_COPIES = 8  # copies of its piece a repeating tail holds at least
@@ -921,19 +923,11 @@ class LiteralPrefilter:
             for first in firsts:
                 woken.setdefault(first, set()).add(index)
         self._woken = {first: sorted(indexes) for first, indexes in woken.items()}
-        # the automaton reads UTF-8 (see `_utf8_units`): a literal's length in its units
-        self._unit_lengths = np.array(
-            [len(_utf8_units(literal)) for literal in self._literals], dtype=np.int64
-        )
-        self._unit_length_list = self._unit_lengths.tolist()
-        self._automaton: Any = None
-        if any(len(literal) > 1 for literal in self._literals):
-            automaton = ahocorasick.Automaton(ahocorasick.STORE_INTS, ahocorasick.KEY_STRING)
-            for index, literal in enumerate(self._literals):
-                if len(literal) > 1:
-                    automaton.add_word(_utf8_units(literal), index)
-            automaton.make_automaton()
-            self._automaton = automaton
+        # the literals of two characters or more, read by an automaton: all of them in a
+        # short text, all but the ASCII pairs in a long one (`_literal_starts`)
+        longer = [index for index, literal in enumerate(self._literals) if len(literal) > 1]
+        self._short_reader = _LiteralReader(self._literals, longer)
+        self._long_reader = _LiteralReader(self._literals, longer, pairs_apart=True)
 
     def finditer_all(self, text: str) -> list[Iterator[re.Match[str]]]:
         """For each pattern, in order, what `pattern.finditer(text)` yields."""
@@ -985,21 +979,26 @@ class LiteralPrefilter:
         """For each literal in `folded` (of these code points), the sorted positions where
         it starts (literals that are not in it have no entry). One-character literals
         ("i", ",") are not in the automaton: one pass over the code points finds them.
+        Nor, in a text of more than `_FEW_UNITS` characters, are the ASCII pairs
+        (`_LiteralReader`).
 
         A text that begins or ends with one piece repeated (`_repeating_run`: a token or a
         sentence over and over, the everyday degenerate reply) is scanned up to the end
         of the piece's first copy and from the end of the run on; the literals' starts in
         between are that copy's, repeated (`_tiled`): the same positions, without reading
         every copy."""
+        long = len(codes) > _FEW_UNITS
+        reader = self._long_reader if long else self._short_reader
         run = _run_of(folded)
         if run is None:
-            found = self._automaton_starts(folded)
+            found = reader.starts(folded, codes)
         else:
             start, end, period = run
-            head = self._automaton_starts(folded[: start + period + self._longest - 1])
+            read = start + period + self._longest - 1
+            head = reader.starts(folded[:read], codes[:read])
             # a start from here on may end past the run: read, not repeated
             after = max(end - self._longest + 1, start + period)
-            tail = self._automaton_starts(folded[after:], offset=after)
+            tail = reader.starts(folded[after:], codes[after:], offset=after)
             # a literal only after the run is nowhere in it: its starts are the tail's
             found = {literal: at for literal, at in tail.items() if literal not in head}
             for literal, at in head.items():
@@ -1010,72 +1009,115 @@ class LiteralPrefilter:
                 )
         characters = lookup(self._character_ids, codes)
         places = np.flatnonzero(characters >= 0)
-        if len(places) > _FEW_UNITS:
-            found.update(_grouped(characters[places], places))
-        elif len(places):
-            grouped: dict[int, list[int]] = {}
-            for place, literal in zip(places.tolist(), characters[places].tolist(), strict=True):
-                grouped.setdefault(literal, []).append(place)
-            found.update((literal, np.array(at, dtype=np.int64)) for literal, at in grouped.items())
+        found.update(_grouped_places(characters[places], places))
         return found
-
-    def _automaton_starts(self, folded: str, offset: int = 0) -> dict[int, np.ndarray]:
-        """`_literal_starts` of the automaton's literals (two characters or more), each
-        start plus `offset` (where `folded` begins in the text).
-
-        A long text's reports are flattened straight into an array and grouped with
-        numpy, with no Python step per report (a degenerate text has several at every
-        word, and a list of a hundred thousand tuples costs as much again in allocation
-        and GC), only one per literal found. A short text's are grouped in Python: there
-        numpy's fixed costs per call would dominate."""
-        raw = None if folded.isascii() else folded.encode("utf-8", "surrogatepass")
-        units = folded if raw is None else raw.decode("latin-1")  # see `_utf8_units`
-        if len(units) > _FEW_UNITS:
-            return self._grouped_reports(units, raw, offset)
-        lengths = self._unit_length_list
-        grouped: dict[int, list[int]] = {}
-        for end, literal in self._automaton.iter(units) if self._automaton is not None else ():
-            grouped.setdefault(literal, []).append(end + 1 - lengths[literal])
-        if grouped and raw is not None:  # byte offsets back to characters
-            character_at = (np.cumsum(_is_first_byte(raw)) - 1).tolist()
-            grouped = {lit: [character_at[b] for b in at] for lit, at in grouped.items()}
-        if offset:
-            grouped = {literal: [start + offset for start in at] for literal, at in grouped.items()}
-        return {literal: np.array(at, dtype=np.int64) for literal, at in grouped.items()}
-
-    def _grouped_reports(
-        self, units: str, raw: bytes | None, offset: int = 0
-    ) -> dict[int, np.ndarray]:
-        """`_literal_starts` of the automaton's literals, grouped with numpy (plus
-        `offset`); `raw`: the UTF-8 bytes that `units` spell, when the text is not ASCII."""
-        automaton = self._automaton
-        reports = chain.from_iterable(automaton.iter(units)) if automaton is not None else ()
-        flat = np.fromiter(reports, dtype=np.int64)
-        if not flat.size:
-            return {}
-        ids = flat[1::2]
-        starts = flat[0::2] - self._unit_lengths[ids] + 1  # in UTF-8 bytes
-        if raw is not None:  # back to characters (each start is the first byte of one)
-            starts = np.searchsorted(_first_bytes(raw), starts)
-        return _grouped(ids, starts + offset if offset else starts)
 
     def count_all(self, text: str) -> list[int]:
         """For each pattern, `len(pattern.findall(text))`."""
         return [sum(1 for _ in hits) for hits in self.finditer_all(text)]
 
 
-def _utf8_units(text: str) -> str:
-    """`text` as its UTF-8 bytes, one character per byte (U+0000 to U+00FF), for the
-    automaton. Read as bytes, a non-ASCII text costs the automaton less (measured 1.5 to
-    3x less on CJK, Arabic, Devanagari and combining marks at 256 KiB: a CJK character
-    is three steps over small byte tables instead of one over a node's many children).
-    The matches are the same: a literal's bytes can only match where a character begins
-    (UTF-8's first bytes are never continuation bytes) and end where one ends, so byte
-    matches are exactly the character matches. Lone surrogates are encoded as UTF-8
-    would encode their code points (`surrogatepass`), so every text can be read."""
-    if text.isascii():
-        return text
-    return text.encode("utf-8", "surrogatepass").decode("latin-1")
+class _LiteralReader:
+    """The starts of some of a prefilter's literals (given by number) in a text: an
+    Aho-Corasick automaton reads them, or, `pairs_apart`, all but the ASCII pairs ("in",
+    "to": two thirds of an English text's reports), which one table lookup over the
+    text's pairs of code points finds (a short text's cost more so)."""
+
+    def __init__(
+        self, literals: Sequence[str], numbers: list[int], pairs_apart: bool = False
+    ) -> None:
+        self._pair_ids: np.ndarray | None = None
+        if pairs_apart:
+            self._pair_ids = np.full(_PAIR_BASE * _PAIR_BASE, -1, dtype=np.int64)
+            for number in numbers:
+                if _is_ascii_pair(literals[number]):
+                    first, second = map(ord, literals[number])
+                    self._pair_ids[first * _PAIR_BASE + second] = number
+            numbers = [number for number in numbers if not _is_ascii_pair(literals[number])]
+        self._numbers = numbers
+        self._number_array = np.array(numbers, dtype=np.int64)
+        self._automaton: Any = None
+        if numbers:
+            self._automaton = ahocorasick_rs.BytesAhoCorasick(
+                [literals[number].encode("utf-8", "surrogatepass") for number in numbers],
+                implementation=ahocorasick_rs.Implementation.ContiguousNFA,
+            )
+
+    def starts(self, folded: str, codes: np.ndarray, offset: int = 0) -> dict[int, np.ndarray]:
+        """For each of its literals in `folded` (of these code points), by number, the
+        sorted positions where it starts, each plus `offset` (where `folded` begins in
+        the text).
+
+        The automaton (`ahocorasick_rs`, in Rust) reads the text's UTF-8 bytes, about 6 ns
+        each where `pyahocorasick` took 30-40 (256 KiB of distinct Chinese sentences, 768
+        KiB of UTF-8: 4 ms instead of 24); a match's first byte maps back to its character
+        (`_first_bytes`). The matches are the same as the characters': a literal's bytes
+        can only match where a character begins (UTF-8's first bytes are never
+        continuation bytes) and end where one ends. Lone surrogates are encoded as UTF-8
+        would encode their code points (`surrogatepass`), so every text can be read.
+
+        A long text's reports are flattened into an array and grouped with numpy, with no
+        Python step per report (a degenerate text has several at every word); a short
+        text's are grouped in Python, where numpy's fixed costs per call would dominate."""
+        found: dict[int, np.ndarray] = {}
+        if self._pair_ids is not None:
+            pairs = np.take(self._pair_ids, _pair_index(codes))
+            places = np.flatnonzero(pairs >= 0)
+            found = _grouped_places(pairs[places], places + offset if offset else places)
+        return found | self._automaton_starts(folded, offset)
+
+    def _automaton_starts(self, folded: str, offset: int) -> dict[int, np.ndarray]:
+        if self._automaton is None:
+            return {}
+        raw = folded.encode("utf-8", "surrogatepass")
+        reports = self._automaton.find_matches_as_indexes(raw, overlapping=True)
+        if not reports:
+            return {}
+        ascii_only = len(raw) == len(folded)
+        if len(raw) > _FEW_UNITS:
+            flat = np.fromiter(chain.from_iterable(reports), np.int64, 3 * len(reports))
+            ids = self._number_array[flat[0::3]]
+            starts = flat[1::3]  # in UTF-8 bytes
+            if not ascii_only:  # back to characters (each start is the first byte of one)
+                starts = np.searchsorted(_first_bytes(raw), starts)
+            return _grouped(ids, starts + offset if offset else starts)
+        literal_of = self._numbers
+        grouped: dict[int, list[int]] = {}
+        for which, start, _ in reports:
+            grouped.setdefault(literal_of[which], []).append(start)
+        if not ascii_only:  # byte offsets back to characters
+            character_at = (np.cumsum(_is_first_byte(raw)) - 1).tolist()
+            grouped = {lit: [character_at[b] for b in at] for lit, at in grouped.items()}
+        if offset:
+            grouped = {literal: [start + offset for start in at] for literal, at in grouped.items()}
+        return {literal: np.array(at, dtype=np.int64) for literal, at in grouped.items()}
+
+
+def _is_ascii_pair(literal: str) -> bool:
+    """Whether `literal` is two ASCII characters (in a long text found by `_pair_index`,
+    not the automaton)."""
+    return len(literal) == 2 and literal.isascii()
+
+
+def _pair_index(codes: np.ndarray) -> np.ndarray:
+    """For each position but the last, its code point and the next one's as one index of
+    a table of ASCII pairs (`first * _PAIR_BASE + second`, any code point beyond ASCII
+    read as 128, which no pair literal holds)."""
+    capped = codes if codes.dtype == np.uint8 else np.minimum(codes, _PAIR_BASE - 1)
+    wide = capped.astype(np.uint16)  # the largest index, 128 * 129 + 128, fits
+    found: np.ndarray = wide[:-1] * np.uint16(_PAIR_BASE) + wide[1:]
+    return found
+
+
+def _grouped_places(ids: np.ndarray, places: np.ndarray) -> dict[int, np.ndarray]:
+    """For each of `ids`, its `places` (sorted) in order: grouped with numpy, or in Python
+    when there are few (numpy's fixed costs per call would dominate)."""
+    if len(places) > _FEW_UNITS:
+        return _grouped(ids, places)
+    grouped: dict[int, list[int]] = {}
+    for place, literal in zip(places.tolist(), ids.tolist(), strict=True):
+        grouped.setdefault(literal, []).append(place)
+    return {literal: np.array(at, dtype=np.int64) for literal, at in grouped.items()}
 
 
 def _first_bytes(encoded: bytes) -> np.ndarray:
