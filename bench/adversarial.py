@@ -11,9 +11,10 @@ the offline safety classifier and the judge-answer parser.
 
 Each input runs in a forked child, `--runs` times (median kept); a suite's children are
 forked before the next suite's inputs are built, as the worker's scoring children start
-from a fresh interpreter with their scorers. Each run is under a wall-clock limit
-(`--limit`, seconds): a run still going is killed and printed as "> limit", and the
-larger sizes of that pattern are skipped. The table prints
+from a fresh interpreter with their scorers, and keep freed memory for the next run as
+every `scorestream` command does (`worker/ops/allocator.py`). Each run is under a
+wall-clock limit (`--limit`, seconds): a run still going is killed and printed as
+"> limit", and the larger sizes of that pattern are skipped. The table prints
 milliseconds per record and the growth factor per doubling, `(t8x / t1x) ** (1/3)`
 (times under 0.5 ms count as 0.5 ms so that timer noise does not read as growth). The
 summary prints the worst record at the limit and the worst growth per suite against the
@@ -571,6 +572,11 @@ def main() -> int:
         "--cpu", action="store_true", help="CPU time instead of wall clock (a shared machine)"
     )
     args = parser.parse_args()
+    # glibc keeps freed memory for the next record, as in every `scorestream` command (its
+    # scoring children inherit it): a long record's arrays do not fault their pages in anew
+    from worker.ops.allocator import keep_freed_memory
+
+    keep_freed_memory()
 
     clock = "CPU ms" if args.cpu else "ms"
     print(f"limit {args.limit:g} s per input, median of {args.runs} runs, {clock} per record")

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from worker.exit_codes import EXIT_ERROR, EXIT_INTERRUPTED, UsageError
+from worker.ops.allocator import keep_freed_memory
 
 
 class _Parser(argparse.ArgumentParser):
@@ -174,6 +175,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # would print those to stderr next to our one-line error. (The worker's logging
     # configuration still receives them through the root logger.)
     logging.getLogger("aiokafka").addHandler(logging.NullHandler())
+    keep_freed_memory()  # a long turn's arrays reuse the last one's pages (glibc)
     module = importlib.import_module(HANDLERS[args.command])
     handler = getattr(module, f"run_{args.command}")
     from worker.ops.connection import BrokerUnavailable
