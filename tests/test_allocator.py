@@ -32,17 +32,22 @@ def faults():
 """
 
 
-def _last_turn_faults(setup: str, environment: dict[str, str]) -> int:
-    script = _TURNS + setup + "\nturn(); turn()\nprint(faults())\n"
+def _python(arguments: list[str], environment: dict[str, str]) -> list[str]:
+    """The words a Python process of these arguments prints (it must succeed)."""
     done = subprocess.run(
-        [sys.executable, "-c", script],
+        [sys.executable, *arguments],
         env=environment,
         capture_output=True,
         text=True,
         check=True,
         timeout=120,
     )
-    return int(done.stdout.split()[-1])
+    return done.stdout.split()
+
+
+def _last_turn_faults(setup: str, environment: dict[str, str]) -> int:
+    script = _TURNS + setup + "\nturn(); turn()\nprint(faults())\n"
+    return int(_python(["-c", script], environment)[-1])
 
 
 def _clean_environment() -> dict[str, str]:
@@ -74,15 +79,8 @@ def test_processes_started_from_the_worker_keep_freed_memory_too(tmp_path: Path)
         + "    with multiprocessing.get_context('forkserver').Pool(1) as pool:\n"
         + "        print(pool.apply(child))\n"
     )
-    done = subprocess.run(
-        [sys.executable, str(script)],
-        env=_clean_environment() | {"PYTHONPATH": str(ROOT)},
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=120,
-    )
-    assert int(done.stdout.split()[-1]) < 200
+    environment = _clean_environment() | {"PYTHONPATH": str(ROOT)}
+    assert int(_python([str(script)], environment)[-1]) < 200
 
 
 def test_an_operators_own_setting_stands() -> None:
@@ -92,12 +90,4 @@ def test_an_operators_own_setting_stands() -> None:
         "import os\n"
         "print(keep_freed_memory(), os.environ.get('MALLOC_MMAP_THRESHOLD_'))\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", script],
-        env=environment,
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=120,
-    )
-    assert done.stdout.split() == ["False", "None"]
+    assert _python(["-c", script], environment) == ["False", "None"]
