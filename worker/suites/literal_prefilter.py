@@ -88,7 +88,9 @@ _MIN_WINDOW_LITERAL = 2  # characters of a literal looked for within a pattern's
 # ... when not ASCII: a two-letter ASCII word ("at", "ai") is in most English replies,
 # and each literal found costs every reply a report and an array
 _MIN_ASCII_WINDOW_LITERAL = 3
-_FEW_UNITS = 2048  # a text of at most this many UTF-8 bytes has its reports grouped in Python
+# a text of at most this many UTF-8 bytes has its reports grouped in Python; one of more
+# characters has its ASCII pairs found apart from the automaton (`_LiteralReader`)
+_FEW_UNITS = 2048
 _PAIR_BASE = 129  # the ASCII code points, and one that stands for every other
 _MIN_REPEATING_TEXT = 4096  # a shorter text is scanned whole, repeating or not
 _REPEAT_PROBE = 32  # characters at a text's end looked for earlier in it (a period)
@@ -1019,9 +1021,10 @@ class LiteralPrefilter:
 
 class _LiteralReader:
     """The starts of some of a prefilter's literals (given by number) in a text: an
-    Aho-Corasick automaton reads them, or, `pairs_apart`, all but the ASCII pairs ("in",
+    Aho-Corasick automaton reads them; with `pairs_apart`, all but the ASCII pairs ("in",
     "to": two thirds of an English text's reports), which one table lookup over the
-    text's pairs of code points finds (a short text's cost more so)."""
+    text's pairs of code points finds (in a short text the lookup costs more than the
+    reports it saves)."""
 
     def __init__(
         self, literals: Sequence[str], numbers: list[int], pairs_apart: bool = False
