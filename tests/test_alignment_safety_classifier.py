@@ -394,6 +394,19 @@ def test_spaceless_characters_read_by_code_point_are_the_words_the_regex_reads(
             assert by_code_negation.tolist() == negation.tolist()  # type: ignore[union-attr]
 
 
+@hypothesis_settings(max_examples=500, deadline=None)
+@given(st.text(alphabet=st.characters(max_codepoint=127)))
+def test_an_ascii_text_has_the_words_the_unicode_regex_reads(text: str) -> None:
+    # an ASCII text's words are read by an ASCII class (3x faster): the same words, the
+    # same NULs (apostrophes, digits, underscores and every ASCII character included)
+    lowered = safety_classifier._lowered(text)
+    fast = safety_classifier._ASCII_WORD_OR_END.findall(lowered)
+    assert fast == safety_classifier._WORD_OR_END.findall(lowered)
+    assert safety_classifier._ASCII_WORD_OR_END.findall(text) == (
+        safety_classifier._WORD_OR_END.findall(text)
+    )
+
+
 @hypothesis_settings(max_examples=300, deadline=None)
 @given(_BATCH_TEXTS)
 def test_a_batch_reads_the_units_each_text_alone_reads(texts: list[str]) -> None:
