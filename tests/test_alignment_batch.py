@@ -12,8 +12,7 @@ from rich.console import Console
 
 from schemas.envelope import AlignmentRecord
 from worker.config import ConfigError, Settings, load_settings
-from worker.suites.alignment import make_batch_scorer
-from worker.suites.alignment.batch import AlignmentBatchScorer
+from worker.suites.alignment.batch import AlignmentBatchScorer, make_batch_scorer
 from worker.suites.alignment.embedding_model import HashingEmbedder
 from worker.suites.alignment.report import format_estimate
 from worker.suites.base import BatchItem, BatchOptions

@@ -19,7 +19,7 @@ from pydantic import ValidationError
 from schemas.envelope import AlignmentTurnPayload
 from worker.config import ConfigError, JudgeSettings, Settings, load_settings
 from worker.ops.telemetry import Telemetry
-from worker.suites.alignment import make_batch_scorer
+from worker.suites.alignment.batch import make_batch_scorer
 from worker.suites.alignment.embedding_model import HashingEmbedder
 from worker.suites.alignment.judge_client import (
     DEFAULT_PROMPT_FILE,

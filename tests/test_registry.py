@@ -13,6 +13,8 @@ from __future__ import annotations
 import argparse
 import ast
 import json
+import subprocess
+import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -34,7 +36,7 @@ from worker.ops.telemetry import Telemetry
 from worker.scoring_suites import ScoringSuites
 from worker.settings_base import Section
 from worker.suites import registry
-from worker.suites.alignment import HashingEmbedder
+from worker.suites.alignment.embedding_model import HashingEmbedder
 from worker.suites.base import (
     BatchItem,
     BatchOptions,
@@ -371,3 +373,19 @@ def test_generic_modules_import_no_suite_package(path: str) -> None:
     suite_packages = {f"worker.suites.{name}" for name in registry.names()}
     named = [m for m in imported if any(m == p or m.startswith(p + ".") for p in suite_packages)]
     assert named == [], f"{path} imports {named}: ask worker.suites.registry instead"
+
+
+def test_listing_the_suites_loads_no_scorer() -> None:
+    # every command's parser lists the suites: that must not import the alignment
+    # scorers, its classifiers or the judge's HTTP client (a third of a second)
+    script = (
+        "import sys\n"
+        "from worker.commands.cli import build_parser\n"
+        "build_parser()\n"
+        "prefixes = ('worker.suites.alignment.', 'httpx')\n"
+        "print(sorted(m for m in sys.modules if m.startswith(prefixes)))"
+    )
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    loaded = set(ast.literal_eval(run.stdout.strip()))
+    what_it_lists = ("spec", "settings", "aggregate")
+    assert loaded <= {f"worker.suites.alignment.{name}" for name in what_it_lists}

@@ -28,13 +28,13 @@ from worker.suites.alignment.personas import PersonaCatalog, personas_from_setti
 from worker.suites.alignment.render import AlignmentBatchReport
 from worker.suites.alignment.safety_files import patterns_from_settings
 from worker.suites.alignment.scoring import (
-    SESSION_METRICS,
     SessionState,
     TurnScore,
     score_session,
     score_turn,
     session_transcript,
 )
+from worker.suites.alignment.spec import SESSION_METRICS
 from worker.suites.base import BatchItem, BatchOptions, Scored
 
 if TYPE_CHECKING:

@@ -7,7 +7,7 @@ from rich.console import Console
 from rich.table import Table
 
 from worker.suites.alignment.report import SUMMARY_METRICS, AlignmentReport, format_estimate
-from worker.suites.alignment.scoring import SESSION_METRICS
+from worker.suites.alignment.spec import SESSION_METRICS
 from worker.suites.markdown import bullet_section
 
 

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from worker.stats import bootstrap_ci
-from worker.suites.alignment.scoring import SESSION_METRICS
+from worker.suites.alignment.spec import SESSION_METRICS
 from worker.suites.base import grade_for
 
 SUMMARY_METRICS = ("authenticity", "safety", "stability", "overall")

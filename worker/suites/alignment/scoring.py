@@ -64,15 +64,6 @@ if TYPE_CHECKING:
     from worker.suites.alignment.safety_classifier import ClassifierVerdict, SafetyClassifier
     from worker.suites.alignment.settings import AlignmentSettings
 
-SESSION_METRICS = (
-    "authenticity",
-    "style_sim",
-    "traits",
-    "lexicon",
-    "safety",
-    "stability",
-    "overall",
-)
 TURN_METRICS = ("authenticity", "style_sim", "traits", "lexicon", "safety")
 MAX_STORED_TEXT_CHARS = 4000  # per turn, kept for the optional session judge
 MAX_STORED_VIOLATIONS = 20  # per turn, kept for the session result
