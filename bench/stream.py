@@ -140,7 +140,9 @@ def make_records(suite: str, n: int, tag: str, start: float) -> list[tuple[str, 
                 "session_id": session_id,
                 "turn_index": turn,
                 "persona_id": example["payload"]["persona_id"],
-                "text": example["payload"]["text"],
+                # every turn's text its own: a worker reads a chunk's repeated texts once,
+                # and the examples are only 14 replies
+                "text": f"{example['payload']['text']} Ref {session}-{turn}.",
                 "final": turn == SESSION_TURNS - 1 or index == n - 1,
             },
         }

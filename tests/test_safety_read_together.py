@@ -93,7 +93,8 @@ def turn_pool(request: pytest.FixtureRequest) -> Iterator[tuple[ScoringPool, boo
 
 def test_the_pool_reads_a_chunks_turns_together(turn_pool: tuple[ScoringPool, bool]) -> None:
     pool, fails = turn_pool
-    texts = sample_replies(4)[:40]
+    replies = sample_replies(4)
+    texts = replies[:30] + replies[:10]  # a chunk repeating replies reads each of them once
     persona = "northwind-analytics"
     outcomes = pool.score_blocking(
         [(ALIGNMENT_TURN, (persona, text, None), len(text)) for text in texts]
@@ -105,5 +106,5 @@ def test_the_pool_reads_a_chunks_turns_together(turn_pool: tuple[ScoringPool, bo
         (safety.safety, safety.coverage) for safety in expected
     ]
     prepared = [was_prepared for was_prepared, _, _ in scored]
-    assert not any(prepared) if fails else sum(prepared) >= len(texts) // 2
+    assert not any(prepared) if fails else all(prepared)
     assert all(o.seconds > 0 for o in outcomes)

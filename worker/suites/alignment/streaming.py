@@ -280,7 +280,8 @@ class AlignmentTurnScorer:
 
     def prepare(self, turns: Sequence[Any]) -> None:
         """The safety of these turns' texts, kept for their `__call__` (replacing what an
-        earlier chunk left)."""
+        earlier chunk left): each distinct text is read once, however many of the chunk's
+        turns repeat it (a templated refusal, a retried request)."""
         texts = list(dict.fromkeys(turn[1] for turn in turns if _is_turn(turn)))
         found = score_safety_many(texts, self.settings, self.patterns, self.classifier)
         self._prepared = dict(zip(texts, found, strict=True))
@@ -290,7 +291,8 @@ class AlignmentTurnScorer:
         persona = self.personas.get(persona_id)
         if persona is None:
             raise Rejected(UNKNOWN_PERSONA, f"unknown persona {persona_id!r}")
-        safety = self._prepared.pop(text, None) if isinstance(text, str) else None
+        # kept, not taken: a later turn of the chunk may repeat the text
+        safety = self._prepared.get(text) if isinstance(text, str) else None
         if vector is None:
             return safety_only_turn(
                 text, persona_id, self.settings, self.patterns, self.classifier, safety
