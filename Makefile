@@ -8,9 +8,10 @@ LOCKED ?= 1
 .PHONY: install models demo test test-fast lint typecheck check schemas bench lock k8s-rules clean
 
 # The fitted safety and trait classifiers the package ships (scorestream models build):
-# built from the training data, never at a worker's start-up.
-ARTEFACTS := worker/models/safety_classifier/manifest.json worker/models/trait_classifier/manifest.json
-MODEL_DATA := $(filter-out worker/data/safety_replies_heldout%,$(wildcard worker/data/safety_replies*.yaml)) worker/data/trait_sentences.yaml
+# built from the training data, never at a worker's start-up; and the shipped safety
+# patterns' prefilter facts (built from the patterns and the code that reads them).
+ARTEFACTS := worker/models/safety_classifier/manifest.json worker/models/trait_classifier/manifest.json worker/models/safety_prefilter/facts.json
+MODEL_DATA := $(filter-out worker/data/safety_replies_heldout%,$(wildcard worker/data/safety_replies*.yaml)) worker/data/trait_sentences.yaml $(wildcard worker/data/safety_patterns*.yaml) worker/suites/literal_prefilter.py
 
 install: $(STAMP) $(ARTEFACTS)
 

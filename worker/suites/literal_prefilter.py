@@ -67,6 +67,7 @@ from __future__ import annotations
 import re
 import warnings
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from functools import lru_cache
 from itertools import chain
 from typing import Any
@@ -825,30 +826,31 @@ _ANY_WORD_ID = -1
 class LiteralPrefilter:
     """`finditer` of several patterns over one text, each run only where it can start."""
 
-    def __init__(self, patterns: Sequence[re.Pattern[str]]) -> None:
+    def __init__(
+        self, patterns: Sequence[re.Pattern[str]], facts: Sequence[PatternFacts] | None = None
+    ) -> None:
+        """`facts`: each pattern's `pattern_facts`, computed before (else computed here)."""
         self.patterns = tuple(patterns)
-        self._anchors = [_anchors_of(pattern) for pattern in self.patterns]
+        known = list(facts) if facts is not None else [pattern_facts(p) for p in self.patterns]
+        if len(known) != len(self.patterns):
+            raise ValueError("one PatternFacts per pattern")
+        self._anchors = [fact.anchors for fact in known]
         # A short literal is in most texts and costs a report at most positions: only
         # literals of `_MIN_REQUIRED` characters or more are checked for presence.
         self._required = [
-            [
-                needed
-                for needed in required_literals(pattern)
-                if min(map(len, needed)) >= _MIN_REQUIRED
-            ]
-            for pattern in self.patterns
+            [needed for needed in fact.required if min(map(len, needed)) >= _MIN_REQUIRED]
+            for fact in known
         ]
         # A pattern tried at many places (its first word is everywhere) is tried only
         # where its other required literals are within its reach (`reach`): "anydesk"
         # repeated 30,000 times before one "send me the code" is one attempt, not 30,000.
         self._windows: list[tuple[int | None, int | None, list[frozenset[str]]] | None] = []
-        for pattern, anchors in zip(self.patterns, self._anchors, strict=True):
-            width = reach(pattern) if anchors is not None else None
-            runs = blank_runs(pattern) if anchors is not None else None
-            first_words = frozenset(anchor[0] for anchor in anchors or ())
+        for fact in known:
+            width, runs = fact.reach, fact.blank_runs
+            first_words = frozenset(anchor[0] for anchor in fact.anchors or ())
             groups = [
                 needed
-                for needed in required_literals(pattern)
+                for needed in fact.required
                 if all(map(_rare_enough, needed)) and not needed <= first_words
             ]
             bounded = width is not None or runs is not None
@@ -884,22 +886,20 @@ class LiteralPrefilter:
         self._window_ids = [
             None
             if window is None
-            else (window[0], window[1], [[number[lit] for lit in needed] for needed in window[2]])
+            else (
+                window[0],
+                window[1],
+                [sorted(number[lit] for lit in needed) for needed in window[2]],
+            )
             for window in self._windows
         ]
-        self._word_start = [starts_a_word(pattern) for pattern in self.patterns]
+        self._word_start = [fact.starts_a_word for fact in known]
         # how far before and after its start an attempt of the pattern reads (a run of
         # one piece repeated is tried in its first copy only when it fails there)
-        self._extents = [
-            read_extent(pattern) if anchors is not None else None
-            for pattern, anchors in zip(self.patterns, self._anchors, strict=True)
-        ]
+        self._extents = [fact.read_extent for fact in known]
         # a pattern without literal beginnings that begins with a digit ("\\d+ ?% par
         # mois") is tried where digits are, unless they are everywhere
-        self._digit_led = [
-            anchors is None and starts_with_a_digit(pattern)
-            for pattern, anchors in zip(self.patterns, self._anchors, strict=True)
-        ]
+        self._digit_led = [fact.starts_with_a_digit for fact in known]
         if any(self._digit_led):
             _is_digit_table()  # built with the prefilter (before a worker forks), not per text
         # each one-character literal's number at its code point (-1: none), found in one
@@ -1144,6 +1144,62 @@ def _anchors_of(pattern: re.Pattern[str]) -> frozenset[tuple[str, ...]] | None:
         leading = leading_literals(pattern)
         anchors = None if leading is None else frozenset((literal,) for literal in leading)
     return anchors
+
+
+@dataclass(frozen=True)
+class PatternFacts:
+    """What `LiteralPrefilter` reads of one pattern: a pure function of its source and
+    flags (`pattern_facts`), so it can be computed once and shipped (`to_json`)."""
+
+    anchors: frozenset[tuple[str, ...]] | None  # `leading_anchors`, or leading literals
+    required: tuple[frozenset[str], ...]  # `required_literals`
+    reach: int | None  # the next three only when it has anchors (else None)
+    blank_runs: int | None
+    read_extent: tuple[int, int] | None
+    starts_a_word: bool
+    starts_with_a_digit: bool  # looked at only without anchors (else False)
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain JSON values (sets as sorted lists; the required groups keep their order)."""
+        return {
+            "anchors": None if self.anchors is None else sorted(map(list, self.anchors)),
+            "required": [sorted(group) for group in self.required],
+            "reach": self.reach,
+            "blank_runs": self.blank_runs,
+            "read_extent": None if self.read_extent is None else list(self.read_extent),
+            "starts_a_word": self.starts_a_word,
+            "starts_with_a_digit": self.starts_with_a_digit,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> PatternFacts:
+        """The facts `to_json` wrote."""
+        anchors, extent = data["anchors"], data["read_extent"]
+        return cls(
+            anchors=None if anchors is None else frozenset(map(tuple, anchors)),
+            required=tuple(frozenset(group) for group in data["required"]),
+            reach=data["reach"],
+            blank_runs=data["blank_runs"],
+            read_extent=None if extent is None else (int(extent[0]), int(extent[1])),
+            starts_a_word=bool(data["starts_a_word"]),
+            starts_with_a_digit=bool(data["starts_with_a_digit"]),
+        )
+
+
+def pattern_facts(pattern: re.Pattern[str]) -> PatternFacts:
+    """Every analysis of `pattern` the prefilter uses (about 2 ms of parsing and walking
+    a pattern: the 829 shipped ones take seconds, hence `PatternFacts.to_json`)."""
+    anchors = _anchors_of(pattern)
+    anchored = anchors is not None
+    return PatternFacts(
+        anchors=anchors,
+        required=tuple(required_literals(pattern)),
+        reach=reach(pattern) if anchored else None,
+        blank_runs=blank_runs(pattern) if anchored else None,
+        read_extent=read_extent(pattern) if anchored else None,
+        starts_a_word=starts_a_word(pattern),
+        starts_with_a_digit=not anchored and starts_with_a_digit(pattern),
+    )
 
 
 class _Places:

@@ -44,6 +44,7 @@ from itertools import islice
 from typing import Any, TypeVar
 
 from worker.settings_base import ConfigError
+from worker.suites.alignment import prefilter_artefact
 from worker.suites.alignment.negation import NegationRules, NegationScope
 from worker.suites.alignment.scripts import SPACELESS, WORD_CHARACTER
 from worker.suites.alignment.settings import SeverityWeights
@@ -124,8 +125,10 @@ class SafetyPatterns:
 
     @cached_property
     def _prefilter(self) -> LiteralPrefilter:
-        """Built on the first `find`: a list that is only merged into another never is."""
-        return LiteralPrefilter([pattern.regex for pattern in self.patterns])
+        """Built on the first `find`: a list that is only merged into another never is.
+        The shipped patterns' facts are read from the build's file (`prefilter_artefact`)."""
+        regexes = [pattern.regex for pattern in self.patterns]
+        return LiteralPrefilter(regexes, prefilter_artefact.facts_for(regexes))
 
     def prepare(self) -> SafetyPatterns:
         """Build what the first `find` would otherwise wait for; returns self."""
