@@ -48,11 +48,7 @@ def test_a_pattern_the_file_does_not_hold_is_analysed(tmp_path: Path) -> None:
             {prefilter_artefact.key(shipped): pattern_facts(shipped).to_json(), stale_key: decoy}
         )
     )
-    prefilter_artefact.shipped.cache_clear()
-    try:
-        found = prefilter_artefact.facts_for([shipped, own], path)
-    finally:
-        prefilter_artefact.shipped.cache_clear()
+    found = prefilter_artefact.facts_for([shipped, own], path)
     assert found == [pattern_facts(shipped), pattern_facts(own)]
     assert found[1].anchors == frozenset({("wire", "me", "the"), ("wire", "us", "the")})
 
@@ -76,5 +72,6 @@ def test_a_prefilter_from_the_built_facts_finds_what_the_patterns_find(text: str
 def test_the_shipped_patterns_are_prepared_from_the_file() -> None:
     patterns = load_safety_patterns()  # a fresh list: its prefilter is built here
     regexes = [pattern.regex for pattern in patterns.patterns]
-    assert all(prefilter_artefact.key(r) in prefilter_artefact.shipped() for r in regexes)
+    written = prefilter_artefact.shipped()
+    assert all(prefilter_artefact.key(r) in written for r in regexes)
     assert patterns.prepare().find("Nobody would miss you, just kill yourself.")
