@@ -375,17 +375,31 @@ def test_generic_modules_import_no_suite_package(path: str) -> None:
     assert named == [], f"{path} imports {named}: ask worker.suites.registry instead"
 
 
+def _loaded_after(code: str, prefixes: tuple[str, ...]) -> set[str]:
+    """The modules starting with `prefixes` that a fresh interpreter holds after `code`."""
+    script = (
+        f"import sys\n{code}\nprint(sorted(m for m in sys.modules if m.startswith({prefixes!r})))"
+    )
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    return set(ast.literal_eval(run.stdout.strip().splitlines()[-1]))
+
+
 def test_listing_the_suites_loads_no_scorer() -> None:
     # every command's parser lists the suites: that must not import the alignment
     # scorers, its classifiers or the judge's HTTP client (a third of a second)
-    script = (
-        "import sys\n"
-        "from worker.commands.cli import build_parser\n"
-        "build_parser()\n"
-        "prefixes = ('worker.suites.alignment.', 'httpx')\n"
-        "print(sorted(m for m in sys.modules if m.startswith(prefixes)))"
-    )
-    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
-    loaded = set(ast.literal_eval(run.stdout.strip()))
+    code = "from worker.commands.cli import build_parser\nbuild_parser()"
+    loaded = _loaded_after(code, ("worker.suites.alignment.", "httpx"))
     what_it_lists = ("spec", "settings", "aggregate")
     assert loaded <= {f"worker.suites.alignment.{name}" for name in what_it_lists}
+
+
+def test_a_worker_without_a_judge_or_evaluations_loads_no_http_client() -> None:
+    # the judge's client and the OTLP evaluation sink (httpx, protobufs) are imported only
+    # when `alignment.judge` or `evaluations` is configured
+    code = (
+        "from worker.config import Settings\n"
+        "from worker.stream import ScorestreamApp\n"
+        "ScorestreamApp(Settings(), 'kafka://127.0.0.1:1')"
+    )
+    prefixes = ("httpx", "worker.otlp.sink", "worker.suites.alignment.judge_client")
+    assert _loaded_after(code, prefixes) == set()

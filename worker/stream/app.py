@@ -26,7 +26,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import faust
 
@@ -35,7 +35,6 @@ from worker.config import Settings
 from worker.ops.kafka_security import aiokafka_options, faust_options, internal_topic_configs
 from worker.ops.startup import StartupStages
 from worker.ops.telemetry import Telemetry, scorestream_version
-from worker.otlp.sink import DROP_REASONS, EvaluationSink
 from worker.scoring_suites import ScoringSuites
 from worker.stream import faust_patches
 from worker.stream.context import StreamContext
@@ -50,6 +49,9 @@ from worker.stream.sources import SourceStage, configured_sources
 from worker.stream.window_codec import WINDOW_STATE_CODEC
 from worker.stream.windows import WindowStage
 from worker.suites.registry import AGGREGATORS
+
+if TYPE_CHECKING:  # the sink (httpx, OTLP protobufs) is imported only when configured
+    from worker.otlp.sink import EvaluationSink
 
 log = logging.getLogger("scorestream")
 
@@ -217,6 +219,8 @@ class ScorestreamApp:
         sink_settings = self.settings.evaluations
         if sink_settings is None:
             return None
+        from worker.otlp.sink import DROP_REASONS, EvaluationSink
+
         self.telemetry.add_evaluation_records(DROP_REASONS)
         produce = None
         if sink_settings.topic is not None:

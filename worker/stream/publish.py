@@ -13,7 +13,7 @@ import math
 from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from faust.types import TopicT
@@ -24,12 +24,14 @@ from worker.config import Settings
 from worker.input import records as input_records
 from worker.input.result_facts import ResultView
 from worker.ops.telemetry import Telemetry
-from worker.otlp.sink import EvaluationSink
 from worker.stream.faust_patches.internals import kafka_producer
 from worker.stream.faust_patches.record_batches import send_batches
 from worker.suites.base import Scored, SuiteAggregator
 from worker.windowing.event_time import Marker, markers_in, markers_value
 from worker.windowing.pane_folds import PaneFold
+
+if TYPE_CHECKING:
+    from worker.otlp.sink import EvaluationSink
 
 log = logging.getLogger("scorestream")
 

@@ -22,7 +22,6 @@ from worker.input.unknown_fields import with_unknown_fields
 from worker.settings_base import ConfigError
 from worker.suites.alignment.aggregate import AlignmentAggregator
 from worker.suites.alignment.embedding_model import Embedder, embedder_from_settings
-from worker.suites.alignment.judge_client import JudgeStats, SafetyJudge
 from worker.suites.alignment.judge_verdict import JudgeVerdict, with_verdict
 from worker.suites.alignment.personas import PersonaCatalog, personas_from_settings
 from worker.suites.alignment.render import AlignmentBatchReport
@@ -38,6 +37,7 @@ from worker.suites.alignment.spec import SESSION_METRICS
 from worker.suites.base import BatchItem, BatchOptions, Scored
 
 if TYPE_CHECKING:
+    from worker.suites.alignment.judge_client import JudgeStats
     from worker.suites.alignment.settings import AlignmentSettings
 
 # (persona_id, text, sentence vector) of each turn and its "file:line" -> a score, or
@@ -274,6 +274,7 @@ class AlignmentBatchScorer:
         if not self.options.judge or judge_settings is None or not states:
             return {}, None
         session_ids = list(states)
+        from worker.suites.alignment.judge_client import SafetyJudge  # httpx: only with --judge
 
         async def run() -> tuple[list[JudgeVerdict], JudgeStats]:
             async with SafetyJudge(judge_settings) as judge:

@@ -19,7 +19,6 @@ from schemas.envelope import AlignmentRecord, AlignmentSessionPayload, Alignment
 from worker.input.rejections import INVALID_RECORD, UNKNOWN_PERSONA, Rejected
 from worker.settings_base import SESSION_TEXT_BYTES
 from worker.suites.alignment.embedding_model import Embedder, embedder_from_settings
-from worker.suites.alignment.judge_client import SafetyJudge
 from worker.suites.alignment.judge_verdict import with_verdict
 from worker.suites.alignment.language import shipped_identifier
 from worker.suites.alignment.personas import Persona, PersonaCatalog, personas_from_settings
@@ -41,6 +40,7 @@ from worker.suites.alignment.trait_model import TraitClassifier
 from worker.suites.base import Scored, SessionTiming, TurnInput
 
 if TYPE_CHECKING:  # scikit-learn is imported only where the classifier is used
+    from worker.suites.alignment.judge_client import SafetyJudge
     from worker.suites.alignment.safety import SafetyPatterns
     from worker.suites.alignment.safety_classifier import SafetyClassifier
 
@@ -175,7 +175,12 @@ class AlignmentSessions:
 
     def make_judge(self, on_error: Callable[[str], None]) -> SafetyJudge | None:
         judge = self.settings.judge
-        return None if judge is None else SafetyJudge(judge, on_error=on_error)
+        if judge is None:
+            return None
+        # the HTTP client (httpx) is imported only when a judge is configured
+        from worker.suites.alignment.judge_client import SafetyJudge
+
+        return SafetyJudge(judge, on_error=on_error)
 
     async def score_session(self, state: SessionState, judge: SafetyJudge | None = None) -> Scored:
         """Session scores, with the judge's verdict when one is configured; an unusable
