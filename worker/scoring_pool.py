@@ -181,6 +181,20 @@ class ScoringPool:
         except Exception:  # (a cancellation of this task goes on up)
             await asyncio.Event().wait()  # never set: the worker's stop cancels this
 
+    @property
+    def started(self) -> bool:
+        """Whether the children have been started (`start`, or a first use)."""
+        return self._pool is not None
+
+    async def call(self, function: Callable[..., Any], *args: Any) -> Any:
+        """`function(*args)` in a child, within the deadline: pure work too heavy for the
+        caller's event loop (the window stage's final aggregates). `function` must be
+        importable by the child and `args` picklable. Raises what the call raised, or
+        `concurrent.futures.TimeoutError` past the deadline, or `ProcessExpired`."""
+        await self._until_prepared()
+        future = self._started().schedule(function, args=args, timeout=self.deadline)
+        return await asyncio.wrap_future(future)
+
     def close(self) -> None:
         """Stop the child processes (a running task is killed)."""
         if self._pool is not None:

@@ -25,12 +25,15 @@ from faust.types import EventT
 
 from schemas.outputs import Aggregate
 from worker import aggregation
+from worker.aggregation.finals import final_messages, pack_states
 from worker.gates.evaluator import GateEvaluator, applies_to, gate_key, gated_metrics
 from worker.input.records import result_from_data
+from worker.stats import DEFAULT_RESERVOIR_SIZE
 from worker.stream.context import StreamContext, event_context, gate_windows, run_to_completion
 from worker.stream.faust_patches.prompt_batches import take_batches
 from worker.stream.publish import MARKER_KEY, markers_of
 from worker.suites import registry
+from worker.suites.base import State
 from worker.suites.registry import AGGREGATORS
 from worker.windowing.event_time import INPUT_GROUP, SESSION_GROUP, Marker
 from worker.windowing.late_records import LateRecordLog
@@ -43,6 +46,10 @@ log = logging.getLogger("scorestream")
 # window stage yields after each record and every this many results within one), so
 # per-case results are not held behind window work on the shared event loop.
 YIELD_EVERY = 16
+# Closed windows per call when a scoring process builds their final aggregates (at the
+# default reservoir size; fewer for larger reservoirs, so a call stays well within the
+# scoring deadline).
+FINALS_PER_CALL = 8
 
 
 def input_only_suites() -> dict[str, set[str]]:
@@ -173,8 +180,10 @@ class WindowStage:
         """Close what the watermark passed; resolve gates gone quiet; now and then publish
         what changed."""
         for marker in markers:
-            for emission in self.store.advance(partition, marker):
-                await self._emit(emission, partition)
+            closed = self.store.advance(partition, marker)
+            messages = await self._final_messages([emission.state for emission in closed])
+            for emission, message in zip(closed, messages, strict=True):
+                await self._publish(emission, message, partition)
         watermark = self.progress.changed(partition)
         if watermark is not None:
             await self._resolve_stale_gates(partition, watermark)
@@ -193,19 +202,55 @@ class WindowStage:
         if now - self.last_interim.get(partition, 0.0) >= self.settings.aggregate_emit_interval:
             self.last_interim[partition] = now
             for emission in self.store.pending(partition):
-                await self._emit(emission, partition)
+                await self._publish(emission, self._message(emission.state, False), partition)
 
-    async def _emit(self, emission: Emission, partition: int) -> None:
-        state = emission.state
-        aggregator = AGGREGATORS[state["suite"]]
-        message = aggregation.to_message(
+    def _message(self, state: State, final: bool) -> Aggregate:
+        """A window's aggregate built here (an interim one has no bootstrap interval)."""
+        suite = state["suite"]
+        return aggregation.to_message(
             state,
-            emission.final,
+            final,
             self.context.now(),
-            aggregator,
-            confidence_intervals=emission.final,
-            worst_metrics=gated_metrics(self.settings.gates, state["suite"]),
+            AGGREGATORS[suite],
+            confidence_intervals=final,
+            worst_metrics=gated_metrics(self.settings.gates, suite),
         )
+
+    async def _final_messages(self, states: list[State]) -> list[Aggregate]:
+        """The final aggregates of closed windows, in order: built in the scoring
+        processes (`worker.aggregation.finals`) when they are running, a few windows per
+        call, while this loop publishes per-case results; here when they are not (or a
+        call fails: then the window is still closed, only later)."""
+        pool = self.context.scoring_pool
+        if not states or not pool.started:
+            return [self._message(state, True) for state in states]
+        per_call = max(1, FINALS_PER_CALL * DEFAULT_RESERVOIR_SIZE // self.settings.reservoir_size)
+        worst = {
+            suite: gated_metrics(self.settings.gates, suite)
+            for suite in {state["suite"] for state in states}
+        }
+        emitted_at = self.context.now()
+        calls = [
+            asyncio.ensure_future(pool.call(final_messages, pack_states(part), emitted_at, worst))
+            for part in (states[i : i + per_call] for i in range(0, len(states), per_call))
+        ]
+        messages: list[Aggregate] = []
+        for index, call in enumerate(calls):
+            part = states[index * per_call : (index + 1) * per_call]
+            try:
+                built: list[Aggregate | None] = await call
+            except Exception as exc:  # a timeout, a lost child: build them here
+                log.warning("final aggregates not built by a scoring process (%r): here", exc)
+                built = [None] * len(part)
+            messages.extend(
+                message if message is not None else self._message(state, True)
+                for state, message in zip(part, built, strict=True)
+            )
+        return messages
+
+    async def _publish(self, emission: Emission, message: Aggregate, partition: int) -> None:
+        """Publish a window's aggregate; a final one is delivered before the batch's table
+        writes, and a tumbling final is judged by the gates."""
         delivery = await self.publisher.aggregate(emission.key, message)
         window = emission.window
         self.context.telemetry.record_aggregate(message, window.name)
@@ -213,7 +258,7 @@ class WindowStage:
             return
         if delivery is not None:
             self._deliveries.append(delivery)
-        self.context.telemetry.record_final(state["suite"], window.name)
+        self.context.telemetry.record_final(message.suite, window.name)
         if window.step is None or window.step == window.size:  # gates judge tumbling ones
             await self._evaluate_gates(message, partition)
 
