@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -263,6 +263,17 @@ def merge(left: State, right: State, aggregator: SuiteAggregator | None) -> Stat
     return merge_into(copy_state(left), right, aggregator)
 
 
+def merge_panes(empty: State, panes: Sequence[State], aggregator: SuiteAggregator | None) -> State:
+    """A window's state: its pane states merged into a copy of its `empty` state
+    (`initialise`); the result shares nothing with either."""
+    merged = copy_state(empty)
+    for stored in panes:
+        pane = copy.copy(stored)
+        pane["window"] = merged["window"]
+        merged = merge_into(merged, pane, aggregator)
+    return merged
+
+
 def copy_state(state: State) -> State:
     """A copy of `state` that `update` and `merge_into` can change without touching it."""
     copied = dict(state)
@@ -293,6 +304,7 @@ __all__ = [
     "initialise",
     "merge",
     "merge_into",
+    "merge_panes",
     "scored_from",
     "update",
     "window_of",

@@ -25,7 +25,7 @@ from faust.types import EventT
 
 from schemas.outputs import Aggregate
 from worker import aggregation
-from worker.aggregation.finals import final_messages, pack_states
+from worker.aggregation.finals import final_messages, pack_windows
 from worker.gates.evaluator import GateEvaluator, applies_to, gate_key, gated_metrics
 from worker.input.records import result_from_data
 from worker.stats import DEFAULT_RESERVOIR_SIZE
@@ -180,8 +180,8 @@ class WindowStage:
         """Close what the watermark passed; resolve gates gone quiet; now and then publish
         what changed."""
         for marker in markers:
-            closed = self.store.advance(partition, marker)
-            messages = await self._final_messages([emission.state for emission in closed])
+            closed = self.store.advance(partition, marker, merged=False)
+            messages = await self._final_messages(closed)
             for emission, message in zip(closed, messages, strict=True):
                 await self._publish(emission, message, partition)
         watermark = self.progress.changed(partition)
@@ -216,35 +216,41 @@ class WindowStage:
             worst_metrics=gated_metrics(self.settings.gates, suite),
         )
 
-    async def _final_messages(self, states: list[State]) -> list[Aggregate]:
-        """The final aggregates of closed windows, in order: built in the scoring
-        processes (`worker.aggregation.finals`) when they are running, a few windows per
-        call, while this loop publishes per-case results; here when they are not (or a
-        call fails: then the window is still closed, only later)."""
+    async def _final_messages(self, closed: list[Emission]) -> list[Aggregate]:
+        """The final aggregates of closed windows (`advance(merged=False)`: read before
+        the store changes again), in order: merged and built in the scoring processes
+        (`worker.aggregation.finals`) when they are running, a few windows per call, while
+        this loop publishes per-case results; here when they are not (or a call fails:
+        then the window is still closed, only later)."""
         pool = self.context.scoring_pool
-        if not states or not pool.started:
-            return [self._message(state, True) for state in states]
+        if not closed or not pool.started:
+            return [self._message(emission.state, True) for emission in closed]
         per_call = max(1, FINALS_PER_CALL * DEFAULT_RESERVOIR_SIZE // self.settings.reservoir_size)
-        worst = {
-            suite: gated_metrics(self.settings.gates, suite)
-            for suite in {state["suite"] for state in states}
-        }
+        suites = {emission.empty["suite"] for emission in closed}
+        worst = {suite: gated_metrics(self.settings.gates, suite) for suite in suites}
         emitted_at = self.context.now()
+        parts = [closed[i : i + per_call] for i in range(0, len(closed), per_call)]
         calls = [
-            asyncio.ensure_future(pool.call(final_messages, pack_states(part), emitted_at, worst))
-            for part in (states[i : i + per_call] for i in range(0, len(states), per_call))
+            asyncio.ensure_future(
+                pool.call(
+                    final_messages,
+                    pack_windows([(emission.empty, emission.panes) for emission in part]),
+                    emitted_at,
+                    worst,
+                )
+            )
+            for part in parts
         ]
         messages: list[Aggregate] = []
-        for index, call in enumerate(calls):
-            part = states[index * per_call : (index + 1) * per_call]
+        for part, call in zip(parts, calls, strict=True):
             try:
                 built: list[Aggregate | None] = await call
             except Exception as exc:  # a timeout, a lost child: build them here
                 log.warning("final aggregates not built by a scoring process (%r): here", exc)
                 built = [None] * len(part)
             messages.extend(
-                message if message is not None else self._message(state, True)
-                for state, message in zip(part, built, strict=True)
+                message if message is not None else self._message(emission.state, True)
+                for emission, message in zip(part, built, strict=True)
             )
         return messages
 

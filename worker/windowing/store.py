@@ -53,7 +53,8 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Collection, Mapping, MutableMapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from schemas.outputs import CaseResult
@@ -82,15 +83,27 @@ class Admission:
 
 @dataclass(frozen=True)
 class Emission:
-    """A window's aggregate state to publish: interim (`final` False) or final."""
+    """A window's aggregate state to publish: interim (`final` False) or final.
+
+    `state` is the merge of the window's `panes` into its `empty` state. `advance(...,
+    merged=False)` leaves that merge to the first read of `state`, or to another process
+    (`aggregation.merge_panes`: the window stage sends a final's `empty` and `panes` to a scoring
+    process, which builds the message there); either must come before the store changes
+    again, since panes change in place."""
 
     key: str  # the aggregate's Kafka key
-    state: State
     final: bool
+    empty: State  # the window's state before its panes (`aggregation.initialise`)
+    panes: tuple[State, ...]  # the window's panes, as they were when it was emitted
+    aggregator: SuiteAggregator | None = field(default=None, compare=False)
 
     @property
     def window(self) -> WindowKey:
-        return aggregation.window_of(self.state)
+        return aggregation.window_of(self.empty)
+
+    @cached_property
+    def state(self) -> State:
+        return aggregation.merge_panes(self.empty, self.panes, self.aggregator)
 
 
 def _step(config: WindowConfig) -> float:
@@ -293,9 +306,10 @@ class WindowStore:
 
     # ---------------------------------------------------------------- emission
 
-    def advance(self, partition: int, marker: Marker) -> list[Emission]:
+    def advance(self, partition: int, marker: Marker, merged: bool = True) -> list[Emission]:
         """Apply a watermark marker; the windows now due, as final emissions (those it
-        closes, and after a restore any the restored watermark had already passed)."""
+        closes, and after a restore any the restored watermark had already passed), their
+        panes already merged unless `merged` is False (see `Emission`)."""
         watermark = self.watermark(partition)
         group_sets = {None, *self.suite_groups.values()}
         before = [watermark.value(groups) for groups in group_sets]
@@ -310,7 +324,7 @@ class WindowStore:
             # rebalance) would miss series, and their windows would never close.
             self._series.pop(partition, None)
             self._checked.add(partition)
-        return self._close_due(partition)
+        return self._close_due(partition, merged)
 
     def pending(self, partition: int) -> list[Emission]:
         """Interim emissions of the newest open window of each pane changed since last time."""
@@ -356,7 +370,7 @@ class WindowStore:
                         found.add(window)
         return sorted(found, key=WindowKey.sort_key)
 
-    def _close_due(self, partition: int) -> list[Emission]:
+    def _close_due(self, partition: int, merged: bool = True) -> list[Emission]:
         closing: list[tuple[float, str, str, WindowConfig, float]] = []
         for series_key, starts in self._index(partition).items():
             series = self._get(series_key)
@@ -386,7 +400,7 @@ class WindowStore:
                 self._pending[series_key] = series
         closing.sort(key=lambda item: (item[0], item[1]))
         emissions = [
-            self._emission(series_key, config, start, key, final=True)
+            self._emission(series_key, config, start, key, final=True, merged=merged)
             for _end, key, series_key, config, start in closing
         ]
         self._drop_closed_panes(partition)
@@ -407,24 +421,32 @@ class WindowStore:
                 starts.discard(pane_start)
 
     def _emission(
-        self, series_key: str, config: WindowConfig, start: float, key: str, final: bool
+        self,
+        series_key: str,
+        config: WindowConfig,
+        start: float,
+        key: str,
+        final: bool,
+        merged: bool = True,
     ) -> Emission:
-        """The window starting at `start`: the merge of its panes."""
+        """The window starting at `start`: the merge of its panes (made now if `merged`)."""
         series = self._get(series_key)
         assert series is not None
         window = _window_key(config, start)
         step = _step(config)
         aggregator = self.aggregators.get(series["suite"])
-        merged = aggregation.initialise(
+        empty = aggregation.initialise(
             series["suite"], series["segment"], window, self.reservoir_size
         )
+        panes = []
         for pane_start in _pane_starts(start, window.end, step):
             stored = self._get(_pane_key(series_key, pane_start))
             if stored is not None:
-                pane = copy.copy(stored["state"])
-                pane["window"] = merged["window"]
-                merged = aggregation.merge_into(merged, pane, aggregator)
-        return Emission(key, merged, final)
+                panes.append(stored["state"])
+        emission = Emission(key, final, empty, tuple(panes), aggregator)
+        if merged:
+            _ = emission.state  # the panes as they are now
+        return emission
 
     # ---------------------------------------------------------------- write-back
 
