@@ -7,15 +7,15 @@ from __future__ import annotations
 
 import logging
 import os
-from datetime import UTC, datetime
 from typing import Any
 
 import orjson
 import pytest
 
-from schemas.outputs import Aggregate, CaseResult, GateEvent, RecordSource
+from schemas.outputs import Aggregate, CaseResult, GateEvent
 from tests.streamkit import make_config, settings_of
 from tests.test_window_stage import T0, Event, Message
+from tests.test_window_stage import case as window_case
 from worker.aggregation import message as aggregate_message
 from worker.ops.telemetry import Telemetry
 from worker.scoring_pool import ScoringPool
@@ -57,21 +57,8 @@ def case(index: int) -> CaseResult:
     """Every 7 s, a composite of many distinct values (so the bootstrap draws every pick),
     low from the tenth minute on (the gate fires there)."""
     value = (index * 37 % 101) / 100
-    return CaseResult.model_construct(
-        id=f"c{index}",
-        suite="safe",
-        kind="case",
-        ts=datetime.fromtimestamp(T0 + 7 * index, UTC),
-        model=None,
-        labels={},
-        scores={"composite": 0.4 * value if 7 * index >= 600 else 0.6 + 0.4 * value},
-        label="Pass",
-        grade=None,
-        details={},
-        counts={},
-        trace_id=None,
-        source=RecordSource.model_construct(topic="in", partition=0, offset=index),
-    )
+    low = 7 * index >= 600
+    return window_case(index, 7 * index, 0.4 * value if low else 0.6 + 0.4 * value)
 
 
 def backlog_events() -> list[Event]:

@@ -48,15 +48,16 @@ class Published:
         raise AssertionError("no gate should fire")
 
 
-def case(index: int) -> CaseResult:
+def case(index: int, seconds: float | None = None, composite: float = 0.5) -> CaseResult:
+    """A SAFE result `seconds` after T0 (default: `index`)."""
     return CaseResult.model_construct(
         id=f"c{index}",
         suite="safe",
         kind="case",
-        ts=datetime.fromtimestamp(T0 + index, UTC),
+        ts=datetime.fromtimestamp(T0 + (index if seconds is None else seconds), UTC),
         model=None,
         labels={},
-        scores={"composite": 0.5},
+        scores={"composite": composite},
         label="Pass",
         grade=None,
         details={},
