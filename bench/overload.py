@@ -1,19 +1,25 @@
-"""Gate delay after an unsafe burst when alignment turns arrive faster than the encoder
-can embed them (the overload scenario of `bench/stream.py`, also runnable alone).
+"""Gate delay after an unsafe burst when alignment turns arrive faster than the worker
+can take them (the overload scenario of `bench/stream.py`, also runnable alone).
 
-    .venv/bin/python bench/overload.py [--rounds 3] [--lead 20]
+    .venv/bin/python bench/overload.py [--rounds 3] [--lead 20] [--capacity-turns 2000]
+        [--with-null]
 
-The encoder's capacity (turns/s of batched `encode` on the scenario's texts, 64 a call as
-the session stage does) is measured first, on this machine as loaded now. Then, for each
-input rate (0.5x and 2x that capacity) and each setting of `alignment.embedding.max_lag`
-(`2s`, the default: turns past it are scored for safety alone; `null`: every turn is
-embedded, as before), a worker in this process gets live 4-turn sessions at that rate:
-`--lead` seconds of benign replies, a 5 s burst of unsafe ones that ends on a 10 s window
-boundary, then 5 s of benign replies. The gate `safety-drop` (mean session safety < 0.9
-over 10 s tumbling windows, grace 2 s) must fire for the burst's window; its delay is the
-time from the burst's last turn being produced to the firing gate event being read back.
-Each scenario has its own `model`, so its own gate segment. Target: the median delay at
-2x is at most 2x the median delay at 0.5x, with `max_lag` at its default.
+Capacity is the worker's own (issue 45): the turns/s a fresh worker reaches catching up
+on a backlog of `--capacity-turns` benign turns with every turn sampled out of embedding
+(the session stage's `max_lag` at 0, as in `bench/stream.py`: keywords, language and
+classifier, session bookkeeping, results), from its first turn result to its last,
+measured first in each round on this machine as loaded now. The encoder's own rate
+(batched `encode`, 64 texts a call as the session stage does) is printed beside it, as
+the capacity the bench used before. Then, for each input rate (0.5x and 2x that
+capacity) and each setting of `max_lag` (`2s`, the default: turns past it are scored for
+safety alone; with `--with-null` also `null`: every turn is embedded), a worker in this
+process gets live 4-turn sessions at that rate: `--lead` seconds of benign replies, a 5
+s burst of unsafe ones that ends on a 10 s window boundary, then 5 s of benign replies.
+The gate `safety-drop` (mean session safety < 0.9 over 10 s tumbling windows, grace 2 s)
+must fire for the burst's window; its delay is the time from the burst's last turn being
+produced to the firing gate event being read back. Each scenario has its own `model`, so
+its own gate segment. Targets (issue 45), with `max_lag` at its default: the median
+delay at 2x at most 30 s, and at most 3x the median delay at 0.5x.
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from stream import fresh_consumer  # noqa: E402  (bench/stream.py, beside this file)
+from stream import embedding_sampled_out, fresh_consumer  # noqa: E402  (bench/stream.py)
 
 from topics.catalog import record_key, topic_names  # noqa: E402
 from topics.provision import create_topics  # noqa: E402
@@ -52,9 +58,13 @@ GRACE = 2.0
 BURST = 5.0  # seconds of unsafe sessions, ending on a window boundary
 TAIL = 5.0  # seconds of benign sessions after the burst
 ENCODE_CHUNK = 64  # texts per encode call, as `worker.stream.sessions.EMBEDDING_CHUNK`
-FACTORS = (0.5, 2.0)  # input rate / encoder capacity
-MODES = {"max_lag 2s": 2.0, "max_lag null": None}  # the default, then "before"
-DELAY_TARGET = 2.0  # delay at 2x / delay at 0.5x, with the default max_lag
+FACTORS = (0.5, 2.0)  # input rate / the worker's own capacity
+# The default, then "before" (`--with-null`: every turn embedded; at rates set by the
+# worker's own capacity, many times the encoder's, its backlog takes minutes to drain).
+MODES = {"max_lag 2s": 2.0, "max_lag null": None}
+DELAY_TARGET = 3.0  # delay at 2x / delay at 0.5x, with the default max_lag
+DELAY_LIMIT = 30.0  # seconds: the delay at 2x, with the default max_lag
+CAPACITY_TURNS = 2000  # benign turns of the backlog the worker's capacity is measured on
 GATE_WAIT = 180.0  # seconds after the burst before a scenario gives up on its gate
 UNSAFE_REPLIES = (
     "You should kill yourself, nobody would miss you.",
@@ -158,6 +168,89 @@ async def last_result(consumer: AIOKafkaConsumer, ident: str, deadline: float) -
     return math.nan
 
 
+def turn_record(
+    model: str, session: int, turn: int, persona: str, text: str, stamp: float
+) -> tuple[str, bytes]:
+    """(id, envelope bytes) of turn `turn` of a 4-turn session of `model`."""
+    ident = f"{model}-s{session}:{turn}"
+    record = {
+        "id": ident,
+        "suite": "alignment",
+        "ts": int(stamp * 1000),
+        "model": model,
+        "payload": {
+            "session_id": f"{model}-s{session}",
+            "turn_index": turn,
+            "persona_id": persona,
+            "text": f"{text} Ref {session}-{turn}.",  # each turn its own text, as in production
+            "final": turn == SESSION_TURNS - 1,
+        },
+    }
+    return ident, orjson.dumps(record)
+
+
+async def start_worker(
+    broker: EmbeddedBroker, suites: ScoringSuites, settings: Settings
+) -> ScorestreamApp:
+    """A worker of `settings` in this process, on topics of its own, ready."""
+    await create_topics(broker.url, topic_names(settings.topics), PARTITIONS)
+    scorer = ScorestreamApp(settings, broker.url, suites=suites)
+    scorer.scoring_pool.start()
+    await scorer.app.start()
+    await asyncio.wait_for(scorer.ready.wait(), 90)
+    return scorer
+
+
+async def catch_up_capacity(broker: EmbeddedBroker, suites: ScoringSuites, turns: int) -> float:
+    """Turns/s of a fresh worker catching up on `turns` benign turns produced before it
+    starts, every turn sampled out of embedding (the session stage's `max_lag` at 0, as
+    `bench/stream.py`'s alignment-sampled row): from its first turn result read back to
+    its last."""
+    tag = f"cap{time.time_ns()}"
+    settings = scenario_settings(tag, MODES["max_lag 2s"])
+    await create_topics(broker.url, topic_names(settings.topics), PARTITIONS)
+    replies = benign_replies()
+    personas = sorted({persona for persona, _ in replies})
+    by_persona = {persona: [text for p, text in replies if p == persona] for persona in personas}
+    producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=5)
+    await producer.start()
+    try:
+        stamp = time.time()
+        for index in range(turns):
+            session, turn = divmod(index, SESSION_TURNS)
+            persona = personas[session % len(personas)]  # one persona per session
+            texts = by_persona[persona]
+            text = texts[(session + turn) % len(texts)]
+            _, value = turn_record(tag, session, turn, persona, text, stamp)
+            await producer.send(settings.topics.input, value, key=record_key(value))
+        await producer.flush()
+    finally:
+        await producer.stop()
+    results = await fresh_consumer(broker.bootstrap, settings.topics.results)
+    scorer = await start_worker(broker, suites, settings)
+    seen = 0
+    first = last = math.nan
+    deadline = time.time() + GATE_WAIT
+    try:
+        with embedding_sampled_out(scorer):  # max_lag 0: as a worker far behind
+            while seen < turns and time.time() < deadline:
+                batches = await results.getmany(timeout_ms=200)
+                for messages in batches.values():
+                    for message in messages:
+                        if orjson.loads(message.value).get("kind") != "turn":
+                            continue
+                        last = time.time()
+                        first = last if seen == 0 else first
+                        seen += 1
+    finally:
+        await results.stop()
+        await scorer.app.stop()
+        scorer.close()
+    if seen < turns:
+        raise RuntimeError(f"the capacity worker scored {seen} of {turns} turns in time")
+    return turns / (last - first)
+
+
 async def produce_live(
     producer: AIOKafkaProducer,
     topic: str,
@@ -188,21 +281,7 @@ async def produce_live(
             text = texts[(session + turn) % len(texts)]
             if unsafe_session:
                 text = UNSAFE_REPLIES[(session + turn) % len(UNSAFE_REPLIES)]
-            ident = f"{model}-s{session}:{turn}"
-            record = {
-                "id": ident,
-                "suite": "alignment",
-                "ts": int(stamp * 1000),
-                "model": model,
-                "payload": {
-                    "session_id": f"{model}-s{session}",
-                    "turn_index": turn,
-                    "persona_id": persona,
-                    "text": text,
-                    "final": turn == SESSION_TURNS - 1,
-                },
-            }
-            value = orjson.dumps(record)
+            ident, value = turn_record(model, session, turn, persona, text, stamp)
             await producer.send(topic, value, key=record_key(value))
             sent += 1
         await asyncio.sleep(0.02)
@@ -258,12 +337,7 @@ async def run_mode(
 ) -> dict[float, Outcome]:
     """Every rate's scenario through one fresh worker with `mode`'s max_lag."""
     tag = f"ov{time.time_ns()}"
-    settings = scenario_settings(tag, MODES[mode])
-    await create_topics(broker.url, topic_names(settings.topics), PARTITIONS)
-    scorer = ScorestreamApp(settings, broker.url, suites=suites)
-    scorer.scoring_pool.start()
-    await scorer.app.start()
-    await asyncio.wait_for(scorer.ready.wait(), 90)
+    scorer = await start_worker(broker, suites, scenario_settings(tag, MODES[mode]))
     outcomes = {}
     try:
         for factor, rate in rates.items():
@@ -294,26 +368,40 @@ def spread(values: list[float], digits: int = 1) -> str:
     return text + (f" ({missing} never fired)" if missing else "")
 
 
-async def overload(rounds: int, lead: float, broker: EmbeddedBroker | None = None) -> bool:
-    """Run the scenario `rounds` times and print the figures; True when the target is met."""
+async def overload(
+    rounds: int,
+    lead: float,
+    broker: EmbeddedBroker | None = None,
+    capacity_turns: int = CAPACITY_TURNS,
+    with_null: bool = False,
+) -> bool:
+    """Run the scenario `rounds` times and print the figures; True when the targets are
+    met."""
     print("overload: loading the scorers and measuring the encoder ...", flush=True)
     base = scenario_settings("ov-load", None)
     suites = ScoringSuites.load(base)
     suites.warm_up()
     texts = [text for _, text in benign_replies()] * 8
     figures: dict[tuple[str, float], list[Outcome]] = {}
+    modes = [mode for mode in MODES if with_null or MODES[mode] is not None]
     capacities = []
+    encoder_rates = []
     own = broker is None
     broker = broker or EmbeddedBroker()
     if own:
         broker.__enter__()
     try:
         for round_index in range(rounds):
-            capacity = encoder_capacity(suites, texts)
+            encoder_rates.append(encoder_capacity(suites, texts))
+            capacity = await catch_up_capacity(broker, suites, capacity_turns)
             capacities.append(capacity)
             rates = {factor: factor * capacity for factor in FACTORS}
-            print(f"overload round {round_index + 1}/{rounds}: capacity {capacity:.0f} turns/s")
-            for mode in MODES:
+            print(
+                f"overload round {round_index + 1}/{rounds}: the worker's capacity "
+                f"{capacity:.0f} turns/s (encoder alone {encoder_rates[-1]:.0f})",
+                flush=True,
+            )
+            for mode in modes:
                 outcomes = await run_mode(broker, suites, mode, rates, lead, round_index)
                 for factor, outcome in outcomes.items():
                     figures.setdefault((mode, factor), []).append(outcome)
@@ -323,8 +411,9 @@ async def overload(rounds: int, lead: float, broker: EmbeddedBroker | None = Non
     print(
         f"\noverload: gate delay after a {BURST:g} s unsafe burst (burst end -> firing event "
         f"read back; {WINDOW:g} s windows, grace {GRACE:g} s, {lead:g} s of load before the "
-        f"burst); encoder capacity {spread(capacities, 0)} turns/s; {rounds} rounds, "
-        "min / median / max"
+        f"burst); the worker's capacity (catch-up, embedding sampled out) "
+        f"{spread(capacities, 0)} turns/s, the encoder alone {spread(encoder_rates, 0)}; "
+        f"{rounds} rounds, min / median / max"
     )
     header = f"{'max_lag':<14}{'rate':>6}{'gate delay s':>26}{'sampled out':>22}"
     print(header)
@@ -340,15 +429,20 @@ async def overload(rounds: int, lead: float, broker: EmbeddedBroker | None = Non
             f"{spread(shares, 0) + ' %':>22}"
         )
     passed = True
-    for mode in MODES:
-        ratio = medians[(mode, FACTORS[1])] / medians[(mode, FACTORS[0])]
-        met = not math.isnan(ratio) and ratio <= DELAY_TARGET
-        if MODES[mode] is not None:
-            passed = met
-        print(
-            f"{mode}: median delay at {FACTORS[1]:g}x / at {FACTORS[0]:g}x = {ratio:.2f}"
-            + (f" (target <= {DELAY_TARGET:g}: {'yes' if met else 'NO'})" if MODES[mode] else "")
-        )
+    for mode in modes:
+        high = medians[(mode, FACTORS[1])]
+        ratio = high / medians[(mode, FACTORS[0])]
+        line = f"{mode}: median delay at {FACTORS[1]:g}x / at {FACTORS[0]:g}x = {ratio:.2f}"
+        if MODES[mode] is not None:  # the default: the targets
+            ratio_met = not math.isnan(ratio) and ratio <= DELAY_TARGET
+            limit_met = not math.isnan(high) and high <= DELAY_LIMIT
+            passed = ratio_met and limit_met
+            line += (
+                f" (target <= {DELAY_TARGET:g}: {'yes' if ratio_met else 'NO'}); median delay "
+                f"at {FACTORS[1]:g}x {high:.1f} s (target <= {DELAY_LIMIT:g} s: "
+                f"{'yes' if limit_met else 'NO'})"
+            )
+        print(line)
     return passed
 
 
@@ -356,10 +450,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--lead", type=float, default=20.0, help="seconds of load before")
+    parser.add_argument(
+        "--capacity-turns", type=int, default=CAPACITY_TURNS, help="backlog for the capacity"
+    )
+    parser.add_argument("--with-null", action="store_true", help="also max_lag null (slow)")
     return parser.parse_args(argv)
 
 
 if __name__ == "__main__":
     logging.basicConfig(level=logging.ERROR)
     arguments = parse_args()
-    sys.exit(0 if asyncio.run(overload(arguments.rounds, arguments.lead)) else 1)
+    met = asyncio.run(
+        overload(
+            arguments.rounds,
+            arguments.lead,
+            capacity_turns=arguments.capacity_turns,
+            with_null=arguments.with_null,
+        )
+    )
+    sys.exit(0 if met else 1)

@@ -32,10 +32,11 @@ Alignment records are assistant turns of 4-turn sessions (the last turn closes t
 session); its throughput counts turns. Three rounds and the growth table take about 6
 minutes on 2 cores.
 
-Then the overload scenario (`bench/overload.py`, `--overload-rounds 0` skips it, about 4
+Then the overload scenario (`bench/overload.py`, `--overload-rounds 0` skips it, about 2
 minutes a round): the `safety-drop` gate's delay after an unsafe burst with alignment
-turns arriving at 0.5x and 2x the encoder's capacity, with `alignment.embedding.max_lag`
-at its default and off (target: the delay at 2x is at most 2x the delay at 0.5x).
+turns arriving at 0.5x and 2x the worker's own capacity (its catch-up rate with
+embedding sampled out), with `alignment.embedding.max_lag` at its default (targets: the
+delay at 2x at most 30 s and at most 3x the delay at 0.5x).
 """
 
 from __future__ import annotations
