@@ -163,6 +163,12 @@ class GateEvent(OutputModel):
     # score, else the suite's headline metric), worst first.
     worst_metric: str | None = None
     worst: list[WorstCase] | None = None
+    # Decided on a sample of the window's turns judged as they were read, while the
+    # window's full aggregate was late (`early_gates`); its full aggregate is judged when
+    # it closes. `coverage`: the share of the window's cases the decision saw (1.0: all of
+    # them, the full aggregate; null: not decided on cases, e.g. `no_data`).
+    provisional: bool = False
+    coverage: float | None = None
 
 
 class DeadLetterError(OutputModel):

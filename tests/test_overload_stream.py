@@ -95,6 +95,7 @@ async def test_the_safety_gate_fires_before_a_slowed_encoder_could_embed_its_tur
         "personas_dir": str(EXAMPLES / "personas"),
         "embedding": {"max_lag": "1s"},
     }
+    config["early_gates"] = {"sample": 0}  # the full windows alone (provisional: test_early_gates)
     settings = settings_of(config)
     assert score_safety(UNSAFE, settings.alignment).safety == 0.0, "the test needs an unsafe reply"
     assert all(score_safety(text, settings.alignment).safety == 1.0 for text in BENIGN), (
@@ -124,6 +125,11 @@ async def test_the_safety_gate_fires_before_a_slowed_encoder_could_embed_its_tur
             lambda r: len(r.values(topics.results)) >= len(records) + SESSIONS,
             timeout=60,
             what="every turn's and session's result",
+        )
+        await reader.until(  # the segments' windows may sit on different partitions
+            lambda r: len({str(v["segment"]) for v in r.values(topics.gates)}) >= 2,
+            timeout=30,
+            what="the gate's event for each segment",
         )
         skipped = scorer.telemetry.registry.get_sample_value(
             "scorestream_embeddings_skipped_total", {"reason": "overload"}

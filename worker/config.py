@@ -238,6 +238,18 @@ class KafkaSettings(Section):
         return self
 
 
+class EarlyGateSettings(Section):
+    """Provisional verdicts of the gates on a metric every turn has (alignment `safety`)
+    while the session stage is behind (`worker.gates.early`). `sample`: the share of the
+    session suite's records the score stage judges for those metrics as it reads them
+    (0: none); `after`: how long a window closed by the input partitions' progress waits
+    for its full aggregate before its gates judge the sample (an event with
+    `provisional: true` and its `coverage`)."""
+
+    sample: float = Field(default=0.1, ge=0, le=1)
+    after: Duration = 5.0
+
+
 class CoreSettings(BaseSettings):
     """The settings of the worker itself; `Settings` adds one section per suite."""
 
@@ -278,6 +290,7 @@ class CoreSettings(BaseSettings):
     embedding_batch_wait: Duration = 0.05
     stream: StreamSettings = Field(default_factory=StreamSettings)
     limits: LimitsSettings = Field(default_factory=LimitsSettings)
+    early_gates: EarlyGateSettings = Field(default_factory=EarlyGateSettings)
     kafka: KafkaSettings = Field(default_factory=KafkaSettings)
     # OpenTelemetry: GenAI spans in (`sources.otlp`), evaluation log records out.
     sources: SourcesSettings = Field(default_factory=SourcesSettings)

@@ -38,7 +38,7 @@ from schemas.outputs import Versions
 from worker.config import Settings
 from worker.input.records import decode_record
 from worker.input.rejections import SCORING_ERROR, SCORING_TIMEOUT, UNKNOWN_SUITE, Rejected
-from worker.input.scored_records import RecordTask, score_record
+from worker.input.scored_records import RecordTask, judge_samples, score_record
 from worker.suites import registry
 from worker.suites.base import Scored
 
@@ -344,7 +344,7 @@ def _start_child(settings: Settings, factories: Mapping[str, ScorerFactory]) -> 
 def _run_chunk(kind: str, tasks: list[Any]) -> list[tuple[Any, ...]]:
     """Each task's `Outcome` fields (plain tuples: an exception may not pickle)."""
     if kind == _RECORDS:
-        return [_score_record(task) for task in tasks]
+        return _judge_samples([_score_record(task) for task in tasks])
     shares = _prepare_chunk(tasks)
     outcomes = [_score_one(suite, payload) for suite, payload in tasks]
     if not shares:
@@ -388,6 +388,21 @@ def _score_record(task: RecordTask) -> tuple[Any, ...]:
     except Exception as exc:  # a scorer bug loses nothing: the caller dead-letters it
         return (None, SCORING_ERROR, repr(exc)[:MAX_MESSAGE_CHARS], time.perf_counter() - started)
     return (scored, None, "", time.perf_counter() - started)
+
+
+def _judge_samples(outcomes: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """The chunk's records sampled for the early gates, judged together
+    (`scored_records.judge_samples`); the time is shared among them."""
+    started = time.perf_counter()
+    answers = judge_samples([fields[0] for fields in outcomes], _SCORERS)
+    changed = {i for i, fields in enumerate(outcomes) if answers[i] is not fields[0]}
+    if not changed:
+        return outcomes
+    share = (time.perf_counter() - started) / len(changed)
+    return [
+        (answers[i], *fields[1:3], fields[3] + share) if i in changed else fields
+        for i, fields in enumerate(outcomes)
+    ]
 
 
 def _score_one(suite: str, payload: Any) -> tuple[Any, ...]:

@@ -88,13 +88,15 @@ def _number(value: float | None) -> str:
 
 
 def render(console: Console, title: str, events: list[GateEvent]) -> None:
-    """One row per event: when, gate, segment, state (why), what was measured against
-    what, over which window."""
+    """One row per event: when, gate, segment, state (why, or the sample it was decided
+    on), what was measured against what, over which window."""
     table = Table(title=title)
     for column in ("ts", "gate", "segment", "state", "value", "threshold", "count", "window"):
         table.add_column(column, overflow="fold")
     for event in events:
         state = event.state if event.reason is None else f"{event.state} ({event.reason})"
+        if event.provisional:  # decided on a sample of the window's turns
+            state += f" (provisional, {event.coverage or 0:.0%} of the turns)"
         size = timedelta(seconds=event.window.size_s)
         table.add_row(
             _stamp(event.ts),

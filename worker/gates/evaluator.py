@@ -12,6 +12,15 @@ final aggregate arriving after the next window started). Per (gate, segment) onl
 newest window seen is evaluated; aggregates of older windows are ignored, so the gate does
 not flap between overlapping windows.
 
+Provisional verdicts (`provisional=True`, `worker.gates.early`): a window judged on a
+sample of its turns while its full aggregate is late. A sample is judged only for a
+window newer than every window judged in full and not older than the last one judged on
+a sample. The full aggregate of that window, or of a newer one, is judged as always
+(confirming, resolving or firing); the full aggregate of an older window, which arrives
+late because its stage is behind, may only fire, and only when no sample of its own
+was judged: a window the sample stood in for does not page twice or resolve what a
+newer sample fired.
+
 Staleness: a firing gate whose segment has had no cases for `stale_after` of event time
 (default three window lengths) would otherwise stay firing forever, since windows without
 cases produce no aggregate. `resolve_stale(watermark)` resolves it with
@@ -23,9 +32,10 @@ resolution after a firing during a replay, or a clock stepped back, keep the ord
 
 State (`to_json`): `{"{gate}|{segment key}": {"firing": bool, "window_start": float,
 "segment": {label: value}, "last_data": float, "last_ts": float, "fired_value": float,
-"fired_window_start": float}}` (`last_data`: end of the newest window that had cases;
-`last_ts`: `ts` of the latest event; `fired_*`: value and window start of the latest
-firing; epoch seconds).
+"fired_window_start": float, "sampled": [float, ...]}}` (`last_data`: end of the newest
+window that had cases; `last_ts`: `ts` of the latest event; `fired_*`: value and window
+start of the latest firing; `sampled`: starts of the latest windows judged on a sample;
+epoch seconds).
 """
 
 from __future__ import annotations
@@ -51,6 +61,7 @@ _OPS: dict[str, Callable[[float, float], bool]] = {
 }
 _WINDOW_TOLERANCE = 1e-6
 NO_DATA = "no_data"
+SAMPLED_KEPT = 64  # starts of windows judged on a sample a gate state remembers
 
 
 def gate_key(gate: str, segment: Mapping[str, str]) -> str:
@@ -121,9 +132,10 @@ class GateState:
     last_ts: float | None = None  # `ts` of the latest event (epoch seconds)
     fired_value: float | None = None  # the value of the latest firing
     fired_window_start: float | None = None  # and the start of its window
+    sampled: list[float] | None = None  # windows judged on a sample, newest last
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "firing": self.firing,
             "window_start": self.window_start,
             "segment": self.segment,
@@ -132,6 +144,9 @@ class GateState:
             "fired_value": self.fired_value,
             "fired_window_start": self.fired_window_start,
         }
+        if self.sampled:
+            data["sampled"] = list(self.sampled)
+        return data
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> GateState:
@@ -144,6 +159,7 @@ class GateState:
             data.get("last_ts"),
             data.get("fired_value"),
             data.get("fired_window_start"),
+            list(data["sampled"]) if data.get("sampled") else None,
         )
 
     def stamp(self, ts: datetime) -> datetime:
@@ -173,14 +189,17 @@ class GateEvaluator:
         state = self.states.get(gate_key(gate, segment))
         return state is not None and state.firing
 
-    def evaluate(self, aggregate: Aggregate, ts: datetime | None = None) -> list[GateEvent]:
+    def evaluate(
+        self, aggregate: Aggregate, ts: datetime | None = None, provisional: bool = False
+    ) -> list[GateEvent]:
         """Events for the gates whose state `aggregate` changes (`ts` defaults to its
-        `emitted_at`)."""
+        `emitted_at`); `provisional`: the aggregate is a sample of a window whose full
+        aggregate is late (see the module's docstring)."""
         events = []
         for gate in self.gates:
             if not applies_to(gate, aggregate):
                 continue
-            event = self._evaluate_one(gate, aggregate, ts or aggregate.emitted_at)
+            event = self._evaluate_one(gate, aggregate, ts or aggregate.emitted_at, provisional)
             if event is not None:
                 events.append(event)
         return events
@@ -247,17 +266,27 @@ class GateEvaluator:
             reason=reason,
             worst_metric=worst_metric,
             worst=worst,
+            coverage=None if aggregate is None else 1.0,
         )
 
     def _evaluate_one(
-        self, gate: GateConfig, aggregate: Aggregate, ts: datetime
+        self, gate: GateConfig, aggregate: Aggregate, ts: datetime, provisional: bool = False
     ) -> GateEvent | None:
         key = gate_key(gate.name, aggregate.segment)
         state = self.states.setdefault(key, GateState())
         start = aggregate.window.start.timestamp()
+        sampled = state.sampled or []
         if state.window_start is not None and start < state.window_start:
             return None  # an older window than one already evaluated
-        state.window_start = start
+        if provisional and (
+            (state.window_start is not None and start <= state.window_start)
+            or (sampled and start < sampled[-1])
+        ):
+            return None  # judged in full already, or older than the last sample
+        # A full window older than the last sample: its stage was behind meanwhile.
+        behind = not provisional and bool(sampled) and start < sampled[-1]
+        if not provisional:
+            state.window_start = start
         state.segment = dict(aggregate.segment)
         if aggregate.count > 0:
             end = aggregate.window.end.timestamp()
@@ -265,11 +294,15 @@ class GateEvaluator:
         value = gate_value(gate, aggregate)
         if value is None or aggregate.count < gate.min_count:
             return None
+        if provisional:
+            state.sampled = [*sampled[-(SAMPLED_KEPT - 1) :], start]
+        elif behind and start in sampled:
+            return None  # the sample stood in for this window
         compare = _OPS[gate.op]
         clear = gate.threshold if gate.clear is None else gate.clear
         if not state.firing and compare(value, gate.threshold):
             state.firing = True
-        elif state.firing and not compare(value, clear):
+        elif state.firing and not behind and not compare(value, clear):
             state.firing = False
         else:
             return None

@@ -15,6 +15,7 @@ from typing import Any, NamedTuple
 
 from schemas.outputs import Versions
 from worker.config import Settings
+from worker.gates.early import EarlyTurns, early_key, early_share
 from worker.input.records import (
     SourcePosition,
     case_result_json,
@@ -46,11 +47,13 @@ class ScoredRecord(NamedTuple):
 def score_record(
     task: RecordTask,
     settings: Settings,
-    scorers: Mapping[str, Callable[[Any], Any]],
+    scorers: Mapping[str, Callable[..., Any]],
     versions: dict[str, Versions],
-) -> ScoredRecord | str:
-    """The result of one input record, or `NOT_A_CASE`; raises `Rejected` with the reason
-    a dead letter gives (the same checks, in the same order, as the stage made before)."""
+) -> ScoredRecord | EarlyTurns | str:
+    """The result of one input record, or for a record of the session suite `NOT_A_CASE`
+    (or `EarlyTurns`, when the suite has an early judge and gates it can serve); raises
+    `Rejected` with the reason a dead letter gives (the same checks, in the same order,
+    as the stage made before)."""
     raw, received, (topic, partition, offset, timestamp), clock_offset = task
     record = decode_record(raw, settings.max_record_bytes, settings.limits)
     received_at = datetime.fromtimestamp(received, UTC)
@@ -65,7 +68,10 @@ def score_record(
         raise Rejected(UNKNOWN_SUITE, f"suite {record.suite!r} is not in this worker's `suites`")
     session_suite = registry.session_suite()
     if session_suite is not None and record.suite == session_suite.name:
-        return NOT_A_CASE
+        # the stage forwards it; a sample is judged here first (`worker.gates.early`)
+        judge = scorers.get(early_key(record.suite))
+        share = early_share(settings)
+        return NOT_A_CASE if judge is None or not share else judge(record, share)
     scorer = scorers.get(record.suite)
     if scorer is None:
         raise Rejected(UNKNOWN_SUITE, f"suite {record.suite!r} is not scored case by case")
@@ -93,4 +99,30 @@ def score_record(
     return ScoredRecord(value, event_time.timestamp())
 
 
-__all__ = ["NOT_A_CASE", "RecordTask", "ScoredRecord", "score_record"]
+def judge_samples(scored: list[Any], scorers: Mapping[str, Callable[..., Any]]) -> list[Any]:
+    """`scored` (a chunk's `score_record` answers) with the sampled records' turns judged
+    together, by their suite's early judge (its `judge`: one classifier pass for the
+    chunk, not one per turn); a record with a turn that could not be judged is not."""
+    pending = [
+        (index, answer)
+        for index, answer in enumerate(scored)
+        if isinstance(answer, EarlyTurns) and answer.pending
+    ]
+    if not pending:
+        return scored
+    session_suite = registry.session_suite()
+    judge: Any = None if session_suite is None else scorers.get(early_key(session_suite.name))
+    out = list(scored)
+    items = [item for _, answer in pending for item in answer.pending or ()]
+    judged = judge.judge(items) if judge is not None else [None] * len(items)
+    cursor = 0
+    for index, answer in pending:
+        count = len(answer.pending or ())
+        scores = judged[cursor : cursor + count]
+        cursor += count
+        complete = [score for score in scores if score is not None]
+        out[index] = EarlyTurns(answer.turns, complete if len(complete) == count else None)
+    return out
+
+
+__all__ = ["NOT_A_CASE", "RecordTask", "ScoredRecord", "judge_samples", "score_record"]

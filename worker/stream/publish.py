@@ -331,6 +331,10 @@ class Publisher:
         if chunk:
             await self.send(self.topics.aggregate_input, key, head + b",".join(chunk) + b"]}")
 
+    async def early(self, key: str, value: bytes) -> None:
+        """A micro-batch's early folds for one suite|segment (`worker.gates.early`)."""
+        await self.send(self.topics.aggregate_input, key, value)
+
     async def turn(self, session_id: str, value: bytes) -> None:
         """Forward an alignment record to the session stage, keyed by its session."""
         await self.send(self.topics.turns, session_id, value)

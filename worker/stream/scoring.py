@@ -20,6 +20,8 @@ from typing import Any, NamedTuple, TypeVar
 import orjson
 from faust.types import TP, AppT, EventT
 
+from worker import aggregation
+from worker.gates.early import EarlyFolds, EarlyTurns, early_gates, early_share
 from worker.input import records as input_records
 from worker.input.result_facts import ResultView, result_facts
 from worker.input.scored_records import NOT_A_CASE, RecordTask, ScoredRecord
@@ -35,6 +37,7 @@ from worker.stream.faust_patches.seek_guard import start_offsets
 from worker.stream.inflight import InflightGuard
 from worker.stream.overlap import overlap_batches
 from worker.stream.publish import Contributions, Folding, OutputTooLarge
+from worker.suites import registry
 from worker.windowing.event_time import AssignedPartition, Marker
 
 log = logging.getLogger("scorestream")
@@ -78,6 +81,9 @@ class ScoreStage:
         self.input_partitions: int | None = None  # of the input topic, once known
         # A micro-batch's results and scoring times, for the telemetry once it is sent.
         self._observed: list[tuple[ResultView, float]] = []
+        # The session suite's turns counted, and the sample judged early, per gate window
+        # (`worker.gates.early`); None when no gate can be judged from a sample.
+        self.early = early_folds(context.settings)
 
     # ---------------------------------------------------------------- records
 
@@ -154,6 +160,9 @@ class ScoreStage:
         event_times = await self._complete(batch.submitted, contributions)
         for (index, _, source), event_time in zip(batch.together, event_times, strict=True):
             done[index] = (source, event_time)
+        if self.early is not None:  # ahead of the markers that cover them, as the rest
+            for key, value in self.early.take():
+                await self.publisher.early(key, value)
         await self.publisher.contribute(contributions)
         observe_all(self.context, self._observed)
         if self.guard is not None:
@@ -324,10 +333,12 @@ class ScoreStage:
         event: EventT,
         source: input_records.SourcePosition,
         received: datetime,
+        early: EarlyTurns | None = None,
     ) -> datetime | None:
         """A record the scoring pool does not take to a result: one without a value or
         over `max_record_bytes` (dead-lettered), or a session suite's turn (forwarded to
-        the session stage); the event time when the record had a usable one."""
+        the session stage, and counted for the early gates with what the pool judged of
+        it: `early`); the event time when the record had a usable one."""
         settings = self.settings
         try:
             record = input_records.decode_record(
@@ -346,6 +357,13 @@ class ScoreStage:
             await self._forward_turn(
                 record, sessions.session_id(record.payload), source, received, event_time
             )
+            if early is not None and self.early is not None:
+                segments = aggregation.segments_for(
+                    record.model, record.labels, self.settings.segment_by
+                )
+                kind = "session" if hasattr(record.payload, "turns") else "turn"
+                case = (record.id, kind, record.model, record.trace_id)
+                self.early.add(segments, event_time.timestamp(), early, case)
             return event_time
         except OutputTooLarge as exc:
             await self._dead_letter(event, input_records.OUTPUT_TOO_LARGE, str(exc), source)
@@ -360,6 +378,8 @@ class ScoreStage:
         """Publish a scored record, hand back one that is not a case (a session turn),
         or dead-letter it with the reason it was not scored."""
         event, source, scored = case.event, case.source, outcome.scored
+        if isinstance(scored, EarlyTurns):
+            return await self._decode_here(event, source, case.received, scored)
         if scored == NOT_A_CASE:
             return await self._decode_here(event, source, case.received)
         if not isinstance(scored, ScoredRecord):
@@ -581,6 +601,20 @@ async def _in_order(scoring: list[asyncio.Future[list[Outcome]]]) -> AsyncIterat
     for future in scoring:
         for outcome in await future:
             yield outcome
+
+
+def early_folds(settings: Any) -> EarlyFolds | None:
+    """The score stage's early folds (`worker.gates.early`), or None when the session
+    suite has no gate a sample can judge (or `early_gates.sample` is 0)."""
+    spec = registry.session_suite()
+    if spec is None or not early_share(settings):
+        return None
+    gates = early_gates(settings.gates, spec.name)
+    return EarlyFolds(
+        sizes=sorted({gate.window for gate in gates}),
+        metrics=list(dict.fromkeys(gate.metric for gate in gates)),
+        suite=spec.name,
+    )
 
 
 def _guard_key(source: input_records.SourcePosition) -> str:

@@ -26,6 +26,7 @@ from faust.types import EventT
 from schemas.outputs import Aggregate
 from worker import aggregation
 from worker.aggregation.finals import final_messages, pack_windows
+from worker.gates.early import EarlyWindows, Pace, as_provisional, provisional_aggregate
 from worker.gates.evaluator import GateEvaluator, applies_to, gate_key, gated_metrics
 from worker.input.records import result_from_data
 from worker.stats import DEFAULT_RESERVOIR_SIZE
@@ -97,8 +98,17 @@ class WindowStage:
         self.gauges: dict[str, tuple[str, dict[str, str]]] = {}  # gate key -> (gate, segment)
         self._deliveries: list[Awaitable[Any]] = []  # finals and gate events of the batch
         self._gate_writes: dict[str, dict[str, Any]] = {}  # gate states of the batch
+        # The sample of the session suite's turns the score stage judged early, per gate
+        # window, for provisional verdicts while the full windows are late.
+        self.early = EarlyWindows(settings.grace, settings.early_gates.after)
+        # How fast each partition's full windows of the session suite close (its
+        # watermark over every upstream group), to judge a sample without waiting out
+        # `early_gates.after` when they cannot close within it.
+        self.full_pace: dict[int, Pace] = {}
 
     def forget(self) -> None:
+        self.early.forget()
+        self.full_pace.clear()
         self.store.forget()
         self.last_interim.clear()
         self._deliveries.clear()
@@ -133,6 +143,8 @@ class WindowStage:
             with event_context(event):
                 await self.process(event)
             await asyncio.sleep(0)  # the score stage's turn (`YIELD_EVERY`)
+        for partition in sorted(last_of):
+            await self._judge_samples(partition)
         deliveries, self._deliveries = self._deliveries, []
         if deliveries:  # the broker has them before the tables say they were sent
             await asyncio.gather(*deliveries)
@@ -156,6 +168,10 @@ class WindowStage:
         markers = markers_of(data)
         if markers:
             await self.on_markers(partition, markers)
+            return
+        early = data.get("early")
+        if early is not None:
+            self.early.add(partition, data["segment"], early)
             return
         fold = data.get("fold")
         if fold is not None:
@@ -184,6 +200,9 @@ class WindowStage:
             messages = await self._final_messages(closed)
             for emission, message in zip(closed, messages, strict=True):
                 await self._publish(emission, message, partition)
+        now = self.context.clock()
+        self.early.close(partition, self.progress.value(partition, {INPUT_GROUP}), now)
+        self.full_pace.setdefault(partition, Pace()).observe(now, self.progress.value(partition))
         watermark = self.progress.changed(partition)
         if watermark is not None:
             await self._resolve_stale_gates(partition, watermark)
@@ -275,18 +294,43 @@ class WindowStage:
 
     # ---------------------------------------------------------------- gates
 
-    async def _evaluate_gates(self, message: Aggregate, partition: int) -> None:
+    async def _judge_samples(self, partition: int) -> None:
+        """Have the gates judge the early sample of each window the input partitions'
+        watermark closed `early_gates.after` ago (or sooner, when the full windows'
+        pace says they close later than that) whose full aggregate has not closed yet
+        (`worker.gates.early`): provisional events, with their coverage."""
+        pace = self.full_pace.get(partition)
+        for window in self.early.due(partition, self.context.clock(), pace):
+            full = self.store.watermark_of(partition, window.suite)
+            if self.store.lateness.is_closed(window.end, full):
+                continue  # judged in full, on time
+            message = provisional_aggregate(window, self.context.now())
+            await self._evaluate_gates(message, partition, window.coverage)
+
+    async def _evaluate_gates(
+        self, message: Aggregate, partition: int, sampled: float | None = None
+    ) -> None:
+        """Judge a final aggregate, or (`sampled`: its coverage) a window's early sample."""
         for gate in self.settings.gates:
             if not applies_to(gate, message):
                 continue
             key = gate_key(gate.name, message.segment)
             stored = self._gate_state(key)
             evaluator = GateEvaluator([gate], {key: stored} if stored else None)
-            for gate_event in evaluator.evaluate(message, self.context.now()):
+            events = evaluator.evaluate(message, self.context.now(), sampled is not None)
+            for gate_event in events:
+                if sampled is not None:
+                    gate_event = as_provisional(gate_event, sampled)
                 await self._publish_gate_event(key, gate_event)
                 self.context.telemetry.record_gate(gate_event)
                 self.gauges[key] = (gate.name, dict(message.segment))
-                log.info("gate %s %s for %s", gate.name, gate_event.state, message.segment)
+                log.info(
+                    "gate %s %s for %s%s",
+                    gate.name,
+                    gate_event.state,
+                    message.segment,
+                    "" if sampled is None else f" (provisional: {sampled:.0%} of its turns)",
+                )
             state = evaluator.to_json().get(key)
             if state is None:
                 continue

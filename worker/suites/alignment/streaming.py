@@ -8,6 +8,7 @@ sessions here when they close, with the judge's verdict when one is configured.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from functools import cached_property, partial
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from schemas.envelope import AlignmentRecord, AlignmentSessionPayload, AlignmentTurnPayload
+from worker.gates.early import EarlyTurns, early_key, is_sampled
 from worker.input.rejections import INVALID_RECORD, UNKNOWN_PERSONA, Rejected
 from worker.settings_base import SESSION_TEXT_BYTES
 from worker.suites.alignment.embedding_model import Embedder, embedder_from_settings
@@ -44,8 +46,12 @@ if TYPE_CHECKING:  # scikit-learn is imported only where the classifier is used
     from worker.suites.alignment.safety import SafetyPatterns
     from worker.suites.alignment.safety_classifier import SafetyClassifier
 
+log = logging.getLogger("scorestream")
+
 # The scoring pool's name for alignment turns: payload (persona_id, text, vector).
 ALIGNMENT_TURN = "alignment:turn"
+# And for the score stage's sample of records judged early (`worker.gates.early`).
+ALIGNMENT_EARLY = early_key("alignment")
 
 
 class AlignmentSessions:
@@ -209,15 +215,19 @@ class AlignmentSessions:
             self.personas.get(persona_id)
         classifier_from_settings(self.settings)
 
-    def pool_factories(self) -> dict[str, Callable[[Any], Callable[[Any], TurnScore]]]:
+    def pool_factories(self) -> dict[str, Callable[[Any], Callable[..., Any]]]:
         """The scoring pool's scorer of alignment turns (`ALIGNMENT_TURN`), carrying the
         personas' example vectors and the trait classifier (what needs the embedder):
-        the child loads the rest (personas, safety patterns) from the section."""
+        the child loads the rest (personas, safety patterns) from the section; and the
+        judge of the score stage's early sample (`ALIGNMENT_EARLY`)."""
         embedded = {persona_id: self.personas.get(persona_id) for persona_id in self.personas.ids()}
         vectors = {pid: persona.example_vectors for pid, persona in embedded.items()}
         classifiers = {pid: persona.trait_classifier for pid, persona in embedded.items()}
         safety = classifier_from_settings(self.settings)  # trained here once, not per child
-        return {ALIGNMENT_TURN: partial(alignment_turn_scorer, vectors, classifiers, safety)}
+        return {
+            ALIGNMENT_TURN: partial(alignment_turn_scorer, vectors, classifiers, safety),
+            ALIGNMENT_EARLY: partial(alignment_early_judge, safety),
+        }
 
 
 def load_sessions(
@@ -263,6 +273,51 @@ def alignment_turn_scorer(
     }
     patterns = prepare_turn_scoring(settings, prefilter)
     return AlignmentTurnScorer(personas, settings, patterns, safety)
+
+
+def alignment_early_judge(
+    safety: SafetyClassifier | None, settings: AlignmentSettings
+) -> AlignmentEarlyJudge:
+    """The judge of the score stage's sample (`ALIGNMENT_EARLY`): each turn's safety
+    alone, as a turn sampled out of embedding gets it."""
+    return AlignmentEarlyJudge(alignment_turn_scorer({}, {}, safety, settings))
+
+
+class AlignmentEarlyJudge:
+    """Picks an alignment record's turns for the score stage's sample
+    (`worker.gates.early.is_sampled`), and judges a chunk's picks for safety at once; the
+    session stage scores every turn in full later."""
+
+    def __init__(self, turns: AlignmentTurnScorer) -> None:
+        self.turns = turns
+
+    def __call__(self, record: AlignmentRecord, share: float) -> EarlyTurns:
+        """The record's turn count, with its turns pending judgement when sampled."""
+        payload = record.payload
+        if isinstance(payload, AlignmentSessionPayload):
+            texts = [turn.assistant for turn in payload.turns]
+        else:
+            texts = [payload.text]
+        if not is_sampled(record.id, share):
+            return EarlyTurns(len(texts), None)
+        return EarlyTurns(len(texts), None, [(payload.persona_id, text, None) for text in texts])
+
+    def judge(self, items: list[Any]) -> list[dict[str, float | None] | None]:
+        """Each pending turn's scores (None: it could not be judged, e.g. an unknown
+        persona, which the stage reports itself; a failure loses only the early verdict),
+        the classifier reading them all at once."""
+        if len(items) > 1:
+            try:
+                self.turns.prepare(items)
+            except Exception:  # each turn then reads its own text
+                log.warning("early sample: reading %d turns together failed", len(items))
+        judged: list[dict[str, float | None] | None] = []
+        for item in items:
+            try:
+                judged.append(self.turns(item).scores())
+            except Exception:
+                judged.append(None)
+        return judged
 
 
 class AlignmentTurnScorer:
