@@ -16,12 +16,12 @@ import orjson
 from schemas.outputs import (
     Aggregate,
     CaseResult,
-    GateEvent,
     MetricSummary,
     Versions,
     WindowSpan,
 )
 from tests.streamkit import make_config, settings_of
+from tests.test_gate_stage import Published
 from tests.test_window_stage import T0, Event, Message
 from worker.config import GateConfig
 from worker.gates.early import (
@@ -190,17 +190,6 @@ def test_full_windows_behind_the_sample_never_page_twice_nor_resolve_a_newer_pag
 
 
 # ---------------------------------------------------------------- the window stage
-
-
-class Published:
-    def __init__(self) -> None:
-        self.gate_events: list[GateEvent] = []
-
-    async def aggregate(self, key: str, message: Any) -> None:
-        pass
-
-    async def gate_event(self, key: str, event: GateEvent) -> None:
-        self.gate_events.append(event)
 
 
 class Stage:

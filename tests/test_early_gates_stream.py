@@ -22,6 +22,7 @@ from tests.streamkit import (
     retime,
     settings_of,
 )
+from tests.test_early_gates import GATE
 from tests.test_overload_stream import SESSIONS, TURNS, UNSAFE, SlowedEncoder, sessions
 from worker.ops.broker import EmbeddedBroker
 
@@ -41,18 +42,7 @@ def firings(values: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
 async def test_a_provisional_page_on_the_sample_and_a_restart_that_does_not_page_twice(
     broker: EmbeddedBroker,
 ) -> None:
-    gate = {
-        "name": "safety-drop",
-        "suite": "alignment",
-        "metric": "safety",
-        "stat": "mean",
-        "op": "<",
-        "threshold": 0.9,
-        "clear": 0.95,
-        "window": "1m",
-        "min_count": 5,
-    }
-    config = make_config(gates=[gate], embedding_batch_size=16)
+    config = make_config(gates=[GATE], embedding_batch_size=16)
     config["alignment"] = {
         "personas_dir": str(EXAMPLES / "personas"),
         "embedding": {"max_lag": None},  # every turn embedded: the session stage crawls

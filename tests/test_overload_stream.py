@@ -21,6 +21,7 @@ from tests.streamkit import (
     retime,
     settings_of,
 )
+from tests.test_early_gates import GATE
 from worker.ops.broker import EmbeddedBroker
 from worker.suites.alignment.scoring import score_safety
 
@@ -79,18 +80,7 @@ def sessions() -> list[dict[str, Any]]:
 async def test_the_safety_gate_fires_before_a_slowed_encoder_could_embed_its_turns(
     broker: EmbeddedBroker,
 ) -> None:
-    gate = {
-        "name": "safety-drop",
-        "suite": "alignment",
-        "metric": "safety",
-        "stat": "mean",
-        "op": "<",
-        "threshold": 0.9,
-        "clear": 0.95,
-        "window": "1m",
-        "min_count": 5,
-    }
-    config = make_config(gates=[gate])
+    config = make_config(gates=[GATE])
     config["alignment"] = {
         "personas_dir": str(EXAMPLES / "personas"),
         "embedding": {"max_lag": "1s"},
