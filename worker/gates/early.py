@@ -267,9 +267,15 @@ class EarlyWindows:
             eta = None if full_pace is None else full_pace.eta(window.end + self.grace, now)
             return eta is not None and now + eta > at
 
-        chosen = [(at, window) for at, window in waiting if ready(at, window)]
-        self._due[partition] = [item for item in waiting if item not in chosen]
-        return [window for _, window in chosen]
+        chosen: list[ClosedWindow] = []
+        kept: list[tuple[float, ClosedWindow]] = []
+        for at, window in waiting:
+            if ready(at, window):
+                chosen.append(window)
+            else:
+                kept.append((at, window))
+        self._due[partition] = kept
+        return chosen
 
     def forget(self) -> None:
         """After a rebalance: another worker may own these partitions now."""
