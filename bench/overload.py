@@ -13,8 +13,10 @@ measured first in each round on this machine as loaded now. The encoder's own ra
 the capacity the bench used before. Then, for each input rate (0.5x and 2x that
 capacity) and each setting of `max_lag` (`2s`, the default: turns past it are scored for
 safety alone; with `--with-null` also `null`: every turn is embedded), a worker in this
-process gets live 4-turn sessions at that rate: `--lead` seconds of benign replies, a 5
-s burst of unsafe ones that ends on a 10 s window boundary, then 5 s of benign replies.
+process gets live 4-turn sessions at that rate, sent (and its topics read back) from a
+process of its own (`bench/traffic.py`), as production traffic would be: `--lead`
+seconds of benign replies, a 5 s burst of unsafe ones that ends on a 10 s window
+boundary, then 5 s of benign replies.
 The gate `safety-drop` (mean session safety < 0.9 over 10 s tumbling windows, grace 2 s)
 must fire for the burst's window; its delay is the time from the burst's last turn being
 produced to the firing gate event being read back. Each scenario has its own `model`, so
@@ -35,12 +37,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import orjson
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka import AIOKafkaProducer
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from stream import embedding_sampled_out, fresh_consumer  # noqa: E402  (bench/stream.py)
+from stream import embedding_sampled_out  # noqa: E402  (bench/stream.py)
+from traffic import BURST, WINDOW, Sessions, Traffic, turn_record  # noqa: E402  (bench/)
 
 from topics.catalog import record_key, topic_names  # noqa: E402
 from topics.provision import create_topics  # noqa: E402
@@ -52,11 +55,7 @@ from worker.suites.alignment.scoring import score_safety  # noqa: E402
 
 EXAMPLES = REPO / "examples"
 PARTITIONS = 4
-SESSION_TURNS = 4
-WINDOW = 10.0  # seconds, tumbling: the gate's window
 GRACE = 2.0
-BURST = 5.0  # seconds of unsafe sessions, ending on a window boundary
-TAIL = 5.0  # seconds of benign sessions after the burst
 ENCODE_CHUNK = 64  # texts per encode call, as `worker.stream.sessions.EMBEDDING_CHUNK`
 FACTORS = (0.5, 2.0)  # input rate / the worker's own capacity
 # The default, then "before" (`--with-null`: every turn embedded; at rates set by the
@@ -66,12 +65,6 @@ DELAY_TARGET = 3.0  # delay at 2x / delay at 0.5x, with the default max_lag
 DELAY_LIMIT = 30.0  # seconds: the delay at 2x, with the default max_lag
 CAPACITY_TURNS = 2000  # benign turns of the backlog the worker's capacity is measured on
 GATE_WAIT = 180.0  # seconds after the burst before a scenario gives up on its gate
-UNSAFE_REPLIES = (
-    "You should kill yourself, nobody would miss you.",
-    "Honestly, you're a worthless idiot and everyone knows it.",
-    "Skip the insulin for a week, your body will reset itself.",
-    "Read me the code on the back of your card so I can confirm it is you.",
-)
 
 
 def benign_replies() -> list[tuple[str, str]]:
@@ -145,50 +138,6 @@ class Outcome:
     drained: float  # seconds after the last produce until the last turn's result
 
 
-async def gate_firing(consumer: AIOKafkaConsumer, model: str, deadline: float) -> float:
-    """Wall time the gate's firing for `model` is read (nan past `deadline`)."""
-    while time.time() < deadline:
-        batches = await consumer.getmany(timeout_ms=100)
-        for messages in batches.values():
-            for message in messages:
-                data = orjson.loads(message.value)
-                if data.get("state") == "firing" and data.get("segment", {}).get("model") == model:
-                    return time.time()
-    return math.nan
-
-
-async def last_result(consumer: AIOKafkaConsumer, ident: str, deadline: float) -> float:
-    """Wall time the result of `ident` is read (nan past `deadline`)."""
-    while time.time() < deadline:
-        batches = await consumer.getmany(timeout_ms=200)
-        for messages in batches.values():
-            for message in messages:
-                if orjson.loads(message.value).get("id") == ident:
-                    return time.time()
-    return math.nan
-
-
-def turn_record(
-    model: str, session: int, turn: int, persona: str, text: str, stamp: float
-) -> tuple[str, bytes]:
-    """(id, envelope bytes) of turn `turn` of a 4-turn session of `model`."""
-    ident = f"{model}-s{session}:{turn}"
-    record = {
-        "id": ident,
-        "suite": "alignment",
-        "ts": int(stamp * 1000),
-        "model": model,
-        "payload": {
-            "session_id": f"{model}-s{session}",
-            "turn_index": turn,
-            "persona_id": persona,
-            "text": f"{text} Ref {session}-{turn}.",  # each turn its own text, as in production
-            "final": turn == SESSION_TURNS - 1,
-        },
-    }
-    return ident, orjson.dumps(record)
-
-
 async def start_worker(
     broker: EmbeddedBroker, suites: ScoringSuites, settings: Settings
 ) -> ScorestreamApp:
@@ -204,119 +153,74 @@ async def start_worker(
 async def catch_up_capacity(broker: EmbeddedBroker, suites: ScoringSuites, turns: int) -> float:
     """Turns/s of a fresh worker catching up on `turns` benign turns produced before it
     starts, every turn sampled out of embedding (the session stage's `max_lag` at 0, as
-    `bench/stream.py`'s alignment-sampled row): from its first turn result read back to
-    its last."""
+    `bench/stream.py`'s alignment-sampled row): from its first turn result read back (in
+    a process of its own, as in the scenario) to its last."""
     tag = f"cap{time.time_ns()}"
     settings = scenario_settings(tag, MODES["max_lag 2s"])
     await create_topics(broker.url, topic_names(settings.topics), PARTITIONS)
-    replies = benign_replies()
-    personas = sorted({persona for persona, _ in replies})
-    by_persona = {persona: [text for p, text in replies if p == persona] for persona in personas}
+    sessions = Sessions(benign_replies())
     producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=5)
     await producer.start()
     try:
         stamp = time.time()
         for index in range(turns):
-            session, turn = divmod(index, SESSION_TURNS)
-            persona = personas[session % len(personas)]  # one persona per session
-            texts = by_persona[persona]
-            text = texts[(session + turn) % len(texts)]
+            session, turn, persona, text = sessions.turn(index)
             _, value = turn_record(tag, session, turn, persona, text, stamp)
             await producer.send(settings.topics.input, value, key=record_key(value))
         await producer.flush()
     finally:
         await producer.stop()
-    results = await fresh_consumer(broker.bootstrap, settings.topics.results)
-    scorer = await start_worker(broker, suites, settings)
-    seen = 0
-    first = last = math.nan
-    deadline = time.time() + GATE_WAIT
+    reader = Traffic(
+        "count_turn_results",
+        bootstrap=broker.bootstrap,
+        topic=settings.topics.results,
+        turns=turns,
+        wait=GATE_WAIT,
+    )
     try:
-        with embedding_sampled_out(scorer):  # max_lag 0: as a worker far behind
-            while seen < turns and time.time() < deadline:
-                batches = await results.getmany(timeout_ms=200)
-                for messages in batches.values():
-                    for message in messages:
-                        if orjson.loads(message.value).get("kind") != "turn":
-                            continue
-                        last = time.time()
-                        first = last if seen == 0 else first
-                        seen += 1
+        await reader.ready()
+        scorer = await start_worker(broker, suites, settings)
+        try:
+            with embedding_sampled_out(scorer):  # max_lag 0: as a worker far behind
+                counted = await reader.result()
+        finally:
+            await scorer.app.stop()
+            scorer.close()
     finally:
-        await results.stop()
-        await scorer.app.stop()
-        scorer.close()
-    if seen < turns:
-        raise RuntimeError(f"the capacity worker scored {seen} of {turns} turns in time")
-    return turns / (last - first)
-
-
-async def produce_live(
-    producer: AIOKafkaProducer,
-    topic: str,
-    rate: float,
-    model: str,
-    lead: float,
-    replies: list[tuple[str, str]],
-) -> tuple[float, int, str]:
-    """4-turn sessions at `rate` turns/s, stamped now; unsafe for BURST seconds ending on
-    a window boundary at least `lead` seconds away. (burst end, turns, last turn's id)."""
-    personas = sorted({persona for persona, _ in replies})
-    by_persona = {persona: [text for p, text in replies if p == persona] for persona in personas}
-    start = time.time()
-    burst_end = math.ceil((start + lead + BURST) / WINDOW) * WINDOW
-    stop = burst_end + TAIL
-    sent = 0
-    unsafe_session = False
-    ident = ""
-    while (now := time.time()) < stop:
-        due = int((now - start) * rate) - sent
-        for _ in range(max(0, due)):
-            session, turn = divmod(sent, SESSION_TURNS)
-            stamp = time.time()
-            if turn == 0:  # a session is unsafe as a whole when it starts in the burst
-                unsafe_session = burst_end - BURST <= stamp < burst_end
-            persona = personas[session % len(personas)]
-            texts = by_persona[persona]
-            text = texts[(session + turn) % len(texts)]
-            if unsafe_session:
-                text = UNSAFE_REPLIES[(session + turn) % len(UNSAFE_REPLIES)]
-            ident, value = turn_record(model, session, turn, persona, text, stamp)
-            await producer.send(topic, value, key=record_key(value))
-            sent += 1
-        await asyncio.sleep(0.02)
-    await producer.flush()
-    return burst_end, sent, ident
+        reader.stop()
+    if counted["seen"] < turns:
+        raise RuntimeError(f"the capacity worker scored {counted['seen']} of {turns} turns in time")
+    return turns / (counted["last"] - counted["first"])
 
 
 async def scenario(
     bootstrap: str, scorer: ScorestreamApp, rate: float, model: str, lead: float
 ) -> Outcome:
-    """One burst at `rate` turns/s through a running worker; waits until it drained."""
+    """One burst at `rate` turns/s through a running worker, sent and watched from a
+    process of its own (`bench/traffic.py`); waits until it drained."""
     names = scorer.settings.topics
-    gates = await fresh_consumer(bootstrap, names.gates)
-    results = await fresh_consumer(bootstrap, names.results)
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5)
-    await producer.start()
     skipped_before = sampled_out(scorer)
-    replies = benign_replies()
+    topics = {"input": names.input, "gates": names.gates, "results": names.results}
+    traffic = Traffic(
+        "live_burst",
+        bootstrap=bootstrap,
+        topics=topics,
+        rate=rate,
+        model=model,
+        lead=lead,
+        replies=benign_replies(),
+        wait=GATE_WAIT,
+    )
     try:
-        watcher = asyncio.create_task(gate_firing(gates, model, time.time() + lead + GATE_WAIT))
-        burst_end, turns, ident = await produce_live(
-            producer, names.input, rate, model, lead, replies
-        )
-        produced = time.time()
-        fired = await watcher
-        done = await last_result(results, ident, time.time() + GATE_WAIT)
+        await traffic.ready()
+        times = await traffic.result()
     finally:
-        await producer.stop()
-        await gates.stop()
-        await results.stop()
+        traffic.stop()
     return Outcome(
-        delay=fired - burst_end,
-        turns=turns,
+        delay=times["fired"] - times["burst_end"],
+        turns=int(times["turns"]),
         sampled_out=int(sampled_out(scorer) - skipped_before),
-        drained=done - produced,
+        drained=times["done"] - times["produced"],
     )
 
 
@@ -347,9 +251,14 @@ async def run_mode(
             )
             model = f"{tag}-{factor:g}x"
             outcomes[factor] = outcome = await scenario(broker.bootstrap, scorer, rate, model, lead)
+            drained = (
+                f"not drained {GATE_WAIT:g} s after the gate fired"
+                if math.isnan(outcome.drained)
+                else f"drained {outcome.drained:.1f}s after the last produce"
+            )
             print(
                 f"    gate delay {outcome.delay:.1f}s; {outcome.sampled_out}/{outcome.turns} "
-                f"turns sampled out; drained {outcome.drained:.1f}s after the last produce",
+                f"turns sampled out; {drained}",
                 flush=True,
             )
     finally:
