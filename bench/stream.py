@@ -66,6 +66,8 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from traffic import fresh_consumer  # noqa: E402  (bench/traffic.py)
+
 from topics.catalog import record_key, topic_names  # noqa: E402
 from topics.provision import create_topics  # noqa: E402
 from worker.commands.stream import produce_lines  # noqa: E402
@@ -265,19 +267,6 @@ def case_result(
         scored_at=datetime.now(UTC),
         received_at=received,
     )
-
-
-async def fresh_consumer(bootstrap: str, topic: str, **options: Any) -> AIOKafkaConsumer:
-    """A group-less consumer positioned at the current end of `topic` (`options`: more
-    `AIOKafkaConsumer` settings)."""
-    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=None, **options)
-    await consumer.start()
-    while not consumer.assignment():
-        await asyncio.sleep(0.05)
-    await consumer.seek_to_end()
-    for partition in consumer.assignment():
-        await consumer.position(partition)
-    return consumer
 
 
 # ---------------------------------------------------------------- the worker

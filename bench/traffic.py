@@ -90,9 +90,10 @@ def _run(conn: Connection, job: str, params: dict[str, Any]) -> None:
         conn.close()
 
 
-async def fresh_consumer(bootstrap: str, topic: str) -> AIOKafkaConsumer:
-    """A group-less consumer positioned at the current end of `topic`."""
-    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=None)
+async def fresh_consumer(bootstrap: str, topic: str, **options: Any) -> AIOKafkaConsumer:
+    """A group-less consumer positioned at the current end of `topic` (`options`: more
+    `AIOKafkaConsumer` settings). The other benches use it too."""
+    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=None, **options)
     await consumer.start()
     while not consumer.assignment():
         await asyncio.sleep(0.05)
