@@ -220,12 +220,12 @@ async def count_turn_results(
     signal_ready: Callable[[], None], bootstrap: str, topic: str, turns: int, wait: float
 ) -> dict[str, float]:
     """Read the results topic until `turns` turn results came (or `wait` seconds passed
-    after the first): wall times of the first and the last, and how many."""
+    since it was ready): wall times of the first and the last, and how many."""
     results = await fresh_consumer(bootstrap, topic)
     signal_ready()
     seen = 0
     first = last = math.nan
-    deadline = math.inf
+    deadline = time.time() + wait
     try:
         while seen < turns and time.time() < deadline:
             batches = await results.getmany(timeout_ms=200)
@@ -235,7 +235,7 @@ async def count_turn_results(
                         continue
                     last = time.time()
                     if seen == 0:
-                        first, deadline = last, last + wait
+                        first = last
                     seen += 1
     finally:
         await results.stop()
