@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -13,7 +14,13 @@ import pytest
 import yaml
 
 from worker.config import load_settings
-from worker.ops.broker import TANSU_STREAM_SETTINGS, EmbeddedBroker, free_port, port_in_use
+from worker.ops.broker import (
+    TANSU_STREAM_SETTINGS,
+    EmbeddedBroker,
+    ephemeral_port_range,
+    free_port,
+    port_in_use,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 EMBEDDED_CONFIG = REPO / "deploy" / "config.embedded.yaml"
@@ -84,6 +91,17 @@ def test_a_busy_port_is_one_line_and_exit_3(broker: EmbeddedBroker) -> None:
     assert process.returncode == 3
     assert f"port {broker.port} on 127.0.0.1 is in use" in err
     assert "Traceback" not in err
+
+
+def test_a_free_port_is_one_no_outgoing_connection_can_take_before_it_is_bound() -> None:
+    # A port from the ephemeral range can become a client's source port between being
+    # chosen and being bound (a worker's /metrics failed "Address already in use" in CI).
+    ports = {free_port() for _ in range(20)}
+    assert all(port < ephemeral_port_range()[0] for port in ports)
+    assert len(ports) > 1, "every caller would race for one port"
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as server:
+        server.bind(("127.0.0.1", ports.pop()))
+        server.listen()
 
 
 def test_a_port_out_of_range_is_a_usage_error() -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -34,11 +35,28 @@ TANSU_STREAM_SETTINGS: dict[str, float | int | bool] = {
 }
 
 
+def ephemeral_port_range() -> tuple[int, int]:
+    """The ports the kernel hands to outgoing connections (Linux's default elsewhere)."""
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port nobody listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
+    """A TCP port nobody listens on right now, for a server the caller starts next.
+
+    Chosen at random below the kernel's ephemeral range: a port the kernel handed out
+    (bind to port 0) is the next outgoing connection's source port as often as not, and
+    on a busy machine one of them takes it before the server binds it.
+    """
+    low = 10_000
+    high = max(low + 1_000, ephemeral_port_range()[0])
+    for port in random.sample(range(low, high), k=200):
+        if not port_in_use(host, port):
+            return port
+    raise OSError(f"no free port on {host} in {low}-{high - 1}")
 
 
 def port_in_use(host: str, port: int) -> bool:
