@@ -86,11 +86,16 @@ class SessionStage:
         self.active_since: float | None = None
         # The turn results of the chunk being applied, sent at its end (None: at once).
         self._results: Contributions | None = None
+        # The open sessions the chunk being applied changed, written to the table once
+        # each at its end (`_write_open`): a session's turns in one chunk cost one
+        # changelog record, not one each. A closed session's tombstone is written at once.
+        self._open: dict[str, tuple[dict[str, Any], EventT]] = {}
 
     def forget(self) -> None:
         """Drop cached watermarks after a rebalance (the table has them)."""
         self.progress.forget()
         self.active_since = None
+        self._open.clear()
 
     # ---------------------------------------------------------------- batches
 
@@ -173,8 +178,16 @@ class SessionStage:
         try:
             await self._apply_messages(chunk, vectors, scored)
         finally:
+            self._write_open()
             results, self._results = self._results, None
             await self.publisher.contribute(results)
+
+    def _write_open(self) -> None:
+        """Write the open sessions the chunk changed to the table, each once."""
+        for session_id, (entry, event) in self._open.items():
+            with event_context(event):  # a table write goes to the event's partition
+                self.sessions[session_id] = entry
+        self._open.clear()
 
     async def _apply_messages(
         self, chunk: _Chunk, vectors: list[Any], scored: list[Outcome]
@@ -233,6 +246,7 @@ class SessionStage:
     async def on_markers(self, partition: int, markers: Sequence[Marker]) -> None:
         """Take input partitions' progress; expire idle sessions; pass the partition's
         watermark on (with the batch's other partitions', at the end of the batch)."""
+        self._write_open()  # the table whole before sessions expire and progress is written
         advance = self.progress.on_markers(partition, markers)
         self.progress.flush(partition)  # sessions are written as they change, so is progress
         current = advance.passed
@@ -344,7 +358,8 @@ class SessionStage:
         hooks = self.hooks
         payload = context.record.payload
         session_id = hooks.session_id(payload)
-        stored = self.sessions.get(session_id)
+        written_later = self._open.get(session_id)
+        stored = written_later[0] if written_later else self.sessions.get(session_id)
         if stored and stored.get("closed"):
             # A late repeat of a closed session's turn: its result is re-published under
             # the same key (idempotent for consumers); the session is not reopened.
@@ -372,6 +387,7 @@ class SessionStage:
                     cap,
                     hooks.turn_count(state),
                 )
+            self._open.pop(session_id, None)
             self.sessions[session_id] = {
                 "closed": True,
                 "at": meta["ts"],
@@ -379,7 +395,7 @@ class SessionStage:
             }
             await self.close_session(state, closed_at, meta["model"], meta["labels"], at_cap=at_cap)
             return
-        self.sessions[session_id] = entry
+        self._open[session_id] = (entry, event)
 
     async def _emit_turn(
         self,

@@ -1,0 +1,103 @@
+"""The session stage writes an open session to its table once per chunk of turns, not
+once per turn (issue 45, item 3: the changelog record of an alignment turn was a
+quarter of its produce traffic), and nothing of the session is lost by it: replayed
+with dict tables through the score and session stages, a session whose turns arrive in
+one micro-batch, or across two, is scored with all of them, and the state a later
+micro-batch reads back from the table holds every turn before it."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import orjson
+import pytest
+
+from tests.test_batch_progress import T0, Event, Message, Pipeline
+from worker.scoring_pool import ScoringPool
+
+PERSONA = "northwind-analytics"
+REPLY = "Signups declined by 6.1% against the four-week baseline, mostly in paid search."
+
+
+class CountingTable(dict[str, Any]):
+    """A dict table that counts the writes of each key (each one a changelog record)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes: Counter[str] = Counter()
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self.writes[key] += 1
+        super().__setitem__(key, value)
+
+
+@pytest.fixture
+def pipeline() -> Any:
+    built = Pipeline(input_partitions=1)
+    context = built.context
+    context.scoring_pool.close()
+    context.scoring_pool = ScoringPool(
+        context.settings, start_method="fork", more_factories=context.suites.pool_factories
+    )  # alignment turns are scored in the pool too
+    built.sessions.sessions = CountingTable()
+    yield built
+    built.close()
+
+
+def turn(pipeline: Pipeline, session: str, index: int, final: bool) -> Event:
+    offset = pipeline.offsets[0]
+    pipeline.offsets[0] += 1
+    record = {
+        "id": f"{session}:{index}",
+        "suite": "alignment",
+        "ts": int((T0 + index) * 1000),
+        "payload": {
+            "session_id": session,
+            "turn_index": index,
+            "persona_id": PERSONA,
+            "user": "Why did signups drop?",
+            "text": f"{REPLY} Turn {index}.",
+            "final": final,
+        },
+    }
+    return Event(orjson.dumps(record), Message(pipeline.input, 0, offset))
+
+
+def table_of(pipeline: Pipeline) -> CountingTable:
+    table = pipeline.sessions.sessions
+    assert isinstance(table, CountingTable)
+    return table
+
+
+def session_results(pipeline: Pipeline) -> list[dict[str, Any]]:
+    results = [orjson.loads(sent.value) for sent in pipeline.publisher.log]
+    return [result for result in results if result.get("kind") == "session"]
+
+
+async def test_a_session_in_one_micro_batch_is_written_once_and_scored_whole(
+    pipeline: Pipeline,
+) -> None:
+    await pipeline.batch(*(turn(pipeline, "s1", index, index == 3) for index in range(4)))
+
+    (scored,) = session_results(pipeline)
+    assert scored["details"]["turn_indices"] == [0, 1, 2, 3]
+    table = table_of(pipeline)
+    assert table.writes["s1"] == 1  # its tombstone; no open state was written per turn
+    assert table["s1"]["closed"] is True
+
+
+async def test_an_open_session_is_written_once_per_chunk_and_read_back_whole(
+    pipeline: Pipeline,
+) -> None:
+    await pipeline.batch(*(turn(pipeline, "s2", index, False) for index in range(3)))
+    table = table_of(pipeline)
+    assert table.writes["s2"] == 1
+    assert len(table["s2"]["state"]["turns"]) == 3
+    assert session_results(pipeline) == []
+
+    await pipeline.batch(turn(pipeline, "s2", 3, True))
+
+    (scored,) = session_results(pipeline)
+    assert scored["details"]["turn_indices"] == [0, 1, 2, 3]
+    assert table.writes["s2"] == 2
