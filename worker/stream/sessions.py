@@ -95,7 +95,6 @@ class SessionStage:
         """Drop cached watermarks after a rebalance (the table has them)."""
         self.progress.forget()
         self.active_since = None
-        self._open.clear()
 
     # ---------------------------------------------------------------- batches
 
