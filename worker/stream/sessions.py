@@ -245,9 +245,9 @@ class SessionStage:
     async def on_markers(self, partition: int, markers: Sequence[Marker]) -> None:
         """Take input partitions' progress; expire idle sessions; pass the partition's
         watermark on (with the batch's other partitions', at the end of the batch)."""
-        self._write_open()  # the table whole before sessions expire and progress is written
+        self._write_open()  # the sessions before the progress that covers them
         advance = self.progress.on_markers(partition, markers)
-        self.progress.flush(partition)  # sessions are written as they change, so is progress
+        self.progress.flush(partition)  # at once, as the sessions it covers were
         current = advance.passed
         if current is None:
             return
