@@ -8,6 +8,7 @@ micro-batch reads back from the table holds every turn before it."""
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -21,14 +22,19 @@ REPLY = "Signups declined by 6.1% against the four-week baseline, mostly in paid
 
 
 class CountingTable(dict[str, Any]):
-    """A dict table that counts the writes of each key (each one a changelog record)."""
+    """A dict table that counts the writes of each key (each one a changelog record) and
+    keeps, for each tombstone, the session results published when it was written."""
 
-    def __init__(self) -> None:
+    def __init__(self, published: Callable[[], list[dict[str, Any]]]) -> None:
         super().__init__()
         self.writes: Counter[str] = Counter()
+        self.published = published
+        self.closed_after: dict[str, list[str]] = {}
 
     def __setitem__(self, key: str, value: Any) -> None:
         self.writes[key] += 1
+        if value.get("closed"):
+            self.closed_after[key] = [result["id"] for result in self.published()]
         super().__setitem__(key, value)
 
 
@@ -40,18 +46,18 @@ def pipeline() -> Any:
     context.scoring_pool = ScoringPool(
         context.settings, start_method="fork", more_factories=context.suites.pool_factories
     )  # alignment turns are scored in the pool too
-    built.sessions.sessions = CountingTable()
+    built.sessions.sessions = CountingTable(lambda: session_results(built))
     yield built
     built.close()
 
 
-def turn(pipeline: Pipeline, session: str, index: int, final: bool) -> Event:
+def turn(pipeline: Pipeline, session: str, index: int, final: bool, at: float = T0) -> Event:
     offset = pipeline.offsets[0]
     pipeline.offsets[0] += 1
     record = {
         "id": f"{session}:{index}",
         "suite": "alignment",
-        "ts": int((T0 + index) * 1000),
+        "ts": int((at + index) * 1000),
         "payload": {
             "session_id": session,
             "turn_index": index,
@@ -85,6 +91,11 @@ async def test_a_session_in_one_micro_batch_is_written_once_and_scored_whole(
     table = table_of(pipeline)
     assert table.writes["s1"] == 1  # its tombstone; no open state was written per turn
     assert table["s1"]["closed"] is True
+    # the tombstone follows the session's result: a crash between them replays the turns
+    # into a session that is scored again, never into a closed one without its result
+    assert table.closed_after["s1"] == ["session:s1"]
+    # every turn result and the session's went out
+    assert sum(1 for sent in pipeline.publisher.log if sent.topic.startswith("results")) == 5
 
 
 async def test_an_open_session_is_written_once_per_chunk_and_read_back_whole(
@@ -101,3 +112,21 @@ async def test_an_open_session_is_written_once_per_chunk_and_read_back_whole(
     (scored,) = session_results(pipeline)
     assert scored["details"]["turn_indices"] == [0, 1, 2, 3]
     assert table.writes["s2"] == 2
+
+
+async def test_a_session_closed_idle_is_written_closed_after_its_result(
+    pipeline: Pipeline,
+) -> None:
+    await pipeline.batch(*(turn(pipeline, "s3", index, False) for index in range(2)))
+    assert session_results(pipeline) == []
+
+    # a later session's turns move the watermark past s3's idle timeout (3 s)
+    await pipeline.batch(turn(pipeline, "s4", 0, False, at=T0 + 60))
+    await pipeline.batch(turn(pipeline, "s4", 1, False, at=T0 + 60))
+
+    (scored,) = session_results(pipeline)
+    assert scored["id"] == "session:s3"
+    assert scored["details"]["turn_indices"] == [0, 1]
+    table = table_of(pipeline)
+    assert table["s3"]["closed"] is True
+    assert table.closed_after["s3"] == ["session:s3"]

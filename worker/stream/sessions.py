@@ -86,10 +86,10 @@ class SessionStage:
         self.active_since: float | None = None
         # The turn results of the chunk being applied, sent at its end (None: at once).
         self._results: Contributions | None = None
-        # The open sessions the chunk being applied changed, written to the table once
-        # each at its end (`_write_open`): a session's turns in one chunk cost one
-        # changelog record, not one each. A closed session's tombstone is written at once.
-        self._open: dict[str, tuple[dict[str, Any], EventT]] = {}
+        # The sessions the chunk being applied changed (open state or a closed session's
+        # tombstone), written to the table once each at its end, after its results
+        # (`_write_sessions`): a session's turns in one chunk cost one changelog record.
+        self._changed: dict[str, tuple[dict[str, Any], EventT]] = {}
 
     def forget(self) -> None:
         """Drop cached watermarks after a rebalance (the table has them)."""
@@ -177,16 +177,34 @@ class SessionStage:
         try:
             await self._apply_messages(chunk, vectors, scored)
         finally:
-            self._write_open()
             results, self._results = self._results, None
-            await self.publisher.contribute(results)
+            try:
+                await self.publisher.contribute(results)
+            finally:
+                self._write_sessions()
 
-    def _write_open(self) -> None:
-        """Write the open sessions the chunk changed to the table, each once."""
-        for session_id, (entry, event) in self._open.items():
+    async def _flush_chunk(self) -> None:
+        """Send the chunk's results so far, then write the sessions they changed: a
+        session's tombstone never reaches the table ahead of the session's result (a
+        replayed turn of a closed session is not scored into a session again)."""
+        if self._results is not None:
+            await self.publisher.contribute(self._results)
+        self._write_sessions()
+
+    def _write_sessions(self) -> None:
+        """Write the sessions the chunk changed to the table, each once."""
+        for session_id, (entry, event) in self._changed.items():
             with event_context(event):  # a table write goes to the event's partition
                 self.sessions[session_id] = entry
-        self._open.clear()
+        self._changed.clear()
+
+    def _store(self, session_id: str, entry: dict[str, Any], event: EventT | None) -> None:
+        """Keep a session's new entry until the chunk's end (`_write_sessions`), or write
+        it now outside a chunk."""
+        if self._results is not None and event is not None:
+            self._changed[session_id] = (entry, event)
+        else:
+            self.sessions[session_id] = entry
 
     async def _apply_messages(
         self, chunk: _Chunk, vectors: list[Any], scored: list[Outcome]
@@ -199,7 +217,7 @@ class SessionStage:
                 try:
                     markers = markers_of(data)
                     if markers:
-                        await self.on_markers(event.message.partition, markers)
+                        await self.on_markers(event, markers)
                         continue
                     span = slice(cursor, cursor + count)
                     await self._apply(event, data, vectors[span], scored[span])
@@ -242,16 +260,18 @@ class SessionStage:
     def watermark(self, partition: int) -> Watermark:
         return self.progress.watermark(partition)
 
-    async def on_markers(self, partition: int, markers: Sequence[Marker]) -> None:
-        """Take input partitions' progress; expire idle sessions; pass the partition's
-        watermark on (with the batch's other partitions', at the end of the batch)."""
-        self._write_open()  # the sessions before the progress that covers them
+    async def on_markers(self, event: EventT, markers: Sequence[Marker]) -> None:
+        """Take input partitions' progress (`markers`, read in `event`); expire idle
+        sessions; pass the partition's watermark on (with the batch's other partitions',
+        at the end of the batch)."""
+        partition = event.message.partition
+        await self._flush_chunk()  # the sessions before the progress that covers them
         advance = self.progress.on_markers(partition, markers)
         self.progress.flush(partition)  # at once, as the sessions it covers were
         current = advance.passed
         if current is None:
             return
-        await self.expire(partition, current)
+        await self.expire(event, current)
         count = self.settings.stream.partitions
         self._forward[partition] = Marker(SESSION_GROUP, partition, count, current)
 
@@ -262,9 +282,11 @@ class SessionStage:
         markers = [forward[partition] for partition in sorted(forward)]
         await self.publisher.markers(self.publisher.topics.aggregate_input, markers)
 
-    async def expire(self, partition: int, watermark: float) -> None:
-        """Close the sessions of `partition` whose session window `watermark` closed, and
-        drop the tombstones of closed sessions once as old (`SessionWindows`)."""
+    async def expire(self, event: EventT, watermark: float) -> None:
+        """Close the sessions of the partition of `event` (a marker) whose session window
+        `watermark` closed, and drop the tombstones of closed sessions once as old
+        (`SessionWindows`)."""
+        partition = event.message.partition
         rule = self.session_windows
         for session_id, stored in list(self.sessions.items()):
             if stored.get("partition") != partition:
@@ -282,7 +304,8 @@ class SessionStage:
                 await self.close_session(state, closed_at, stored["model"], stored["labels"])
             except Exception:  # a session that cannot be scored must not stop the stage
                 log.exception("closing session %r failed", session_id[:200])
-            self.sessions[session_id] = {"closed": True, "at": idle_at, "partition": partition}
+            tombstone = {"closed": True, "at": idle_at, "partition": partition}
+            self._store(session_id, tombstone, event)
 
     # ---------------------------------------------------------------- turns
 
@@ -357,7 +380,7 @@ class SessionStage:
         hooks = self.hooks
         payload = context.record.payload
         session_id = hooks.session_id(payload)
-        written_later = self._open.get(session_id)
+        written_later = self._changed.get(session_id)
         stored = written_later[0] if written_later else self.sessions.get(session_id)
         if stored and stored.get("closed"):
             # A late repeat of a closed session's turn: its result is re-published under
@@ -386,15 +409,11 @@ class SessionStage:
                     cap,
                     hooks.turn_count(state),
                 )
-            self._open.pop(session_id, None)
-            self.sessions[session_id] = {
-                "closed": True,
-                "at": meta["ts"],
-                "partition": partition,
-            }
+            tombstone = {"closed": True, "at": meta["ts"], "partition": partition}
+            self._store(session_id, tombstone, event)
             await self.close_session(state, closed_at, meta["model"], meta["labels"], at_cap=at_cap)
             return
-        self._open[session_id] = (entry, event)
+        self._store(session_id, entry, event)
 
     async def _emit_turn(
         self,
@@ -450,12 +469,9 @@ class SessionStage:
             scored_at=self.context.now(),
         )
         try:
-            # at once, after the turn results before it, not with the chunk's turns: the
-            # session's tombstone is written now, and a replayed turn of a closed session
-            # does not close it again
-            if self._results is not None:
-                await self.publisher.send_results(self._results)
-            await self.publisher.result(result)
+            # with the chunk's turn results, after them (its tombstone is written after
+            # them too: `_write_sessions`)
+            await self.publisher.result(result, batch=self._results)
         except OutputTooLarge as exc:
             value = result.model_dump_json().encode("utf-8")
             await self.publisher.output_too_large(value, exc, str(exc), self.context.now())
