@@ -158,9 +158,19 @@ _WORD_TEXT = st.text(alphabet="ab9Z'’ _.\né\U0001f600", max_size=40) | st.lis
 @PROPERTY
 @given(_WORD_TEXT)
 def test_word_stats_counted_with_numpy_are_the_word_regex(text: str) -> None:
+    from worker.suites.alignment import cue_counts
+
     words = traits.words_of(text)
     alphabetic = [word for word in words if word.isalpha()]
-    assert traits.word_stats(text) == traits.WordStats(
+    expected = (len(words), len(alphabetic), sum(map(len, alphabetic)))
+    assert cue_counts.word_stats_counts(text) == expected
+    assert traits.word_stats(text) == traits.WordStats(*expected)
+    # past the regex's bound the numpy count is what a turn gets
+    long = (text + " ") * (traits.REGEX_WORDS_CHARS // (len(text) + 1) + 1)
+    words = traits.words_of(long)
+    alphabetic = [word for word in words if word.isalpha()]
+    assert len(long) > traits.REGEX_WORDS_CHARS
+    assert traits.word_stats(long) == traits.WordStats(
         len(words), len(alphabetic), sum(map(len, alphabetic))
     )
 

@@ -123,7 +123,7 @@ class LanguageIdentifier:
             # one line each (fastText's `predict` reads a line); "\r" and others it splits on
             labels, probabilities = self._model.predict(text.replace("\n", " "), k=1)
             guesses.append(
-                LanguageGuess(_code(labels[0]), float(np.clip(probabilities[0], 0.0, 1.0)))
+                LanguageGuess(_code(labels[0]), min(1.0, max(0.0, float(probabilities[0]))))
                 if labels
                 else LanguageGuess(UNDETERMINED, 0.0)
             )
@@ -181,10 +181,10 @@ def evenly_spaced(lengths: Sequence[int], bound: int) -> list[int]:
     points of the text, each point taking the item it falls in; as many points as, by
     the items' lengths, are expected to fill the bound (a point falls in a long item more
     often), fewer while the sample overruns it. Linear in the number of items, in numpy."""
+    if sum(lengths) <= bound:  # a turn of a few sentences: no numpy (its fixed costs)
+        return list(range(len(lengths)))
     sizes = np.asarray(lengths, dtype=np.int64)
     total = int(sizes.sum())
-    if total <= bound:
-        return list(range(len(sizes)))
     ends = np.cumsum(sizes)
     expected = float((sizes * sizes).sum()) / total  # an item's length where a point falls
     points = max(1, int(bound / expected))
