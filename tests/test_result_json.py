@@ -5,10 +5,13 @@ bytes must be the ones the validated model serializes to, and a scorer's output 
 schema refuses must still be refused. The event loop reads a few fields of those bytes
 with orjson (`result_facts`): the same values as the model read from them. The window
 stage reads a result out of an already parsed aggregate input (`result_from_data`): the
-same model as `result_from_json` of its bytes, serializing to the same bytes."""
+same model as `result_from_json` of its bytes, serializing to the same bytes. A turn's
+result, which the session stage has the child write from a `ResultFrame`, is held to it
+too."""
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
@@ -26,6 +29,8 @@ from worker.input.records import (
     result_from_json,
 )
 from worker.input.result_facts import SourceFacts, result_facts
+from worker.input.scored_records import ResultFrame, frame_result_json
+from worker.input.unknown_fields import with_unknown_fields
 from worker.suites.base import Scored
 
 ZONES = st.sampled_from(
@@ -173,3 +178,47 @@ def test_what_the_schema_refuses_is_refused(scored: dict[str, Any]) -> None:
         build_result(**fields)
     with pytest.raises((TypeError, ValueError)):
         case_result_json(**fields)
+
+
+@settings(max_examples=200, deadline=None)
+@given(result_fields(), st.lists(st.text(min_size=1, max_size=8), max_size=3))
+def test_a_result_a_child_writes_from_its_frame_is_the_validated_result(
+    fields: dict[str, Any], unknown: list[str]
+) -> None:
+    """The session stage hands a turn's result fields to the scoring child as a
+    `ResultFrame` (times as epoch seconds, `scored_at` by the stage's clock); the child's
+    bytes are `build_result`'s of the same fields."""
+    source = fields["source"]
+    received = fields["received_at"]
+    frame = ResultFrame(
+        case_id=fields["case_id"],
+        suite=fields["suite"],
+        kind="turn",
+        event_time=fields["event_time"].timestamp(),
+        model=fields["model"],
+        labels=fields["labels"],
+        source=None if source is None else (source.topic, source.partition, source.offset),
+        received=None if received is None else received.timestamp(),
+        trace_id=fields["trace_id"],
+        unknown=tuple(unknown),
+        clock_offset=-3600.0,  # the stage's clock an hour behind the wall clock
+    )
+    value = frame_result_json(frame, fields["scored"], fields["versions"])
+
+    scored_at = datetime.fromisoformat(orjson.loads(value)["scored_at"])
+    assert abs(scored_at.timestamp() - (time.time() - 3600.0)) < 60
+    expected = build_result(
+        case_id=frame.case_id,
+        suite=frame.suite,
+        kind="turn",
+        scored=with_unknown_fields(fields["scored"], unknown),
+        event_time=datetime.fromtimestamp(frame.event_time, UTC),
+        model=frame.model,
+        labels=frame.labels,
+        versions=fields["versions"],
+        source=source,
+        scored_at=scored_at,
+        received_at=None if received is None else datetime.fromtimestamp(frame.received, UTC),
+        trace_id=frame.trace_id,
+    )
+    assert value == expected.model_dump_json().encode()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 import orjson
@@ -130,3 +131,31 @@ async def test_a_session_closed_idle_is_written_closed_after_its_result(
     table = table_of(pipeline)
     assert table["s3"]["closed"] is True
     assert table.closed_after["s3"] == ["session:s3"]
+
+
+async def test_a_turn_result_the_child_writes_carries_the_records_fields(
+    pipeline: Pipeline,
+) -> None:
+    """The scoring child writes each turn's result from the frame the stage gives it: the
+    record's id, model, labels and unknown fields, where and when it was read."""
+    event = turn(pipeline, "s5", 0, False)
+    record = orjson.loads(event.value)
+    record["model"] = "m-7"
+    record["labels"] = {"team": "support"}
+    record["payload"]["respones"] = "a misspelt field"
+    event = Event(orjson.dumps(record), event.message)
+
+    await pipeline.batch(event)
+
+    (result,) = [
+        orjson.loads(sent.value)
+        for sent in pipeline.publisher.log
+        if sent.topic.startswith("results") and orjson.loads(sent.value).get("kind") == "turn"
+    ]
+    assert result["id"] == "s5:0"
+    assert (result["model"], result["labels"]) == ("m-7", {"team": "support"})
+    assert result["details"]["unknown_fields"] == ["respones"]
+    assert result["source"]["offset"] == event.message.offset
+    assert datetime.fromisoformat(result["ts"]).timestamp() == T0  # the record's event time
+    assert result["latency_ms"] >= 0
+    assert result["scores"]["safety"] == 1.0

@@ -38,7 +38,15 @@ from schemas.outputs import Versions
 from worker.config import Settings
 from worker.input.records import decode_record
 from worker.input.rejections import SCORING_ERROR, SCORING_TIMEOUT, UNKNOWN_SUITE, Rejected
-from worker.input.scored_records import RecordTask, judge_samples, score_record
+from worker.input.scored_records import (
+    Framed,
+    FramedAnswer,
+    RecordTask,
+    frame_result_json,
+    judge_samples,
+    score_record,
+    suite_versions,
+)
 from worker.suites import registry
 from worker.suites.base import Scored
 
@@ -362,7 +370,8 @@ def _prepare_chunk(tasks: list[tuple[str, Any]]) -> dict[str, float]:
     failure here loses nothing: each case is then scored alone, and fails alone."""
     by_suite: dict[str, list[Any]] = {}
     for suite, payload in tasks:
-        by_suite.setdefault(suite, []).append(payload)
+        item = payload.item if isinstance(payload, Framed) else payload
+        by_suite.setdefault(suite, []).append(item)
     shares: dict[str, float] = {}
     for suite, payloads in by_suite.items():
         prepare = getattr(_SCORERS.get(suite), "prepare", None)
@@ -414,7 +423,14 @@ def _score_one(suite: str, payload: Any) -> tuple[Any, ...]:
         if isinstance(payload, bytes):
             settings = _SETTINGS[0]
             payload = decode_record(payload, settings.max_record_bytes, settings.limits).payload
+        frame = None
+        if isinstance(payload, Framed):  # the result's bytes are written here too
+            payload, frame = payload.item, payload.frame
         scored = scorer(payload)
+        scored_of = getattr(scorer, "scored", None)  # a scorer without: the caller writes it
+        if frame is not None and scored_of is not None:
+            versions = suite_versions(frame.suite, _SETTINGS[0], _VERSIONS)
+            scored = FramedAnswer(scored, frame_result_json(frame, scored_of(scored), versions))
         if isinstance(scored, Scored):
             scored = _packed(scored)
     except Rejected as rejected:

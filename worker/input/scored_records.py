@@ -37,6 +37,71 @@ RecordTask = tuple[bytes, float, tuple[str, int, int, float | None], float]
 NOT_A_CASE = "not_a_case"
 
 
+class ResultFrame(NamedTuple):
+    """What a result says besides its scores, for a scoring child to write it
+    (`frame_result_json`): the record's fields, where and when it was read (epoch
+    seconds), and the offset of the stage's clock from the wall clock (`scored_at` is
+    taken by the stage's clock)."""
+
+    case_id: str
+    suite: str
+    kind: str
+    event_time: float
+    model: str | None
+    labels: Mapping[str, str]
+    source: tuple[str, int, int] | None
+    received: float | None
+    trace_id: str | None
+    unknown: tuple[str, ...]  # the payload's unknown fields (`unknown_fields`)
+    clock_offset: float
+
+
+class Framed(NamedTuple):
+    """A pool item whose result the child writes too: `item` for the scorer, and the
+    `frame` of its result, written with the scorer's `scored(answer) -> Scored` (a scorer
+    without one answers as for `item` alone, and the caller writes the result)."""
+
+    item: Any
+    frame: ResultFrame
+
+
+class FramedAnswer(NamedTuple):
+    """A scorer's answer to a `Framed` item, with its result's bytes (as the results
+    topic carries them)."""
+
+    answer: Any
+    value: bytes
+
+
+def frame_result_json(frame: ResultFrame, scored: Scored, versions: Versions) -> bytes:
+    """The result's bytes (`case_result_json`) of `scored` in `frame`."""
+    source = None if frame.source is None else SourcePosition(*frame.source)
+    received = frame.received
+    return case_result_json(
+        case_id=frame.case_id,
+        suite=frame.suite,
+        kind=frame.kind,
+        scored=with_unknown_fields(scored, list(frame.unknown)),
+        event_time=datetime.fromtimestamp(frame.event_time, UTC),
+        model=frame.model,
+        labels=frame.labels,
+        versions=versions,
+        source=source,
+        scored_at=datetime.fromtimestamp(time.time() + frame.clock_offset, UTC),
+        received_at=None if received is None else datetime.fromtimestamp(received, UTC),
+        trace_id=frame.trace_id,
+    )
+
+
+def suite_versions(suite: str, settings: Settings, known: dict[str, Versions]) -> Versions:
+    """The `versions` of `suite`'s results, built once into `known`."""
+    versions = known.get(suite)
+    if versions is None:
+        spec = registry.get(suite)
+        versions = known[suite] = spec.versions(spec.section(settings))
+    return versions
+
+
 class ScoredRecord(NamedTuple):
     """A scored record: its result as the results topic carries it, and its event time."""
 
@@ -78,10 +143,6 @@ def score_record(
     scored = scorer(record.payload)
     if not isinstance(scored, Scored):
         raise TypeError(f"the {record.suite} scorer returned {type(scored).__name__}")
-    suite_versions = versions.get(record.suite)
-    if suite_versions is None:
-        spec = registry.get(record.suite)
-        suite_versions = versions[record.suite] = spec.versions(spec.section(settings))
     value = case_result_json(
         case_id=record.id,
         suite=record.suite,
@@ -90,7 +151,7 @@ def score_record(
         event_time=event_time,
         model=record.model,
         labels=record.labels,
-        versions=suite_versions,
+        versions=suite_versions(record.suite, settings, versions),
         source=SourcePosition(topic, partition, offset),
         scored_at=datetime.fromtimestamp(time.time() + clock_offset, UTC),
         received_at=received_at,
@@ -125,4 +186,15 @@ def judge_samples(scored: list[Any], scorers: Mapping[str, Callable[..., Any]]) 
     return out
 
 
-__all__ = ["NOT_A_CASE", "RecordTask", "ScoredRecord", "judge_samples", "score_record"]
+__all__ = [
+    "NOT_A_CASE",
+    "Framed",
+    "FramedAnswer",
+    "RecordTask",
+    "ResultFrame",
+    "ScoredRecord",
+    "frame_result_json",
+    "judge_samples",
+    "score_record",
+    "suite_versions",
+]

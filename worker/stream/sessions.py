@@ -20,18 +20,20 @@ from collections.abc import Callable, MutableMapping, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 from faust.types import EventT
 
 from worker.input import records as input_records
+from worker.input.result_facts import ResultView, result_facts
+from worker.input.scored_records import Framed, FramedAnswer, ResultFrame
 from worker.input.unknown_fields import unknown_fields, with_unknown_fields
 from worker.ops.telemetry import EMBEDDING_SKIPPED_OVERLOAD
-from worker.scoring_pool import Outcome
+from worker.scoring_pool import Case, Outcome
 from worker.stream.context import StreamContext, event_context, run_to_completion
 from worker.stream.publish import Contributions, OutputTooLarge, markers_of
-from worker.stream.scoring import observe
+from worker.stream.scoring import observe, observe_all
 from worker.suites import registry
 from worker.suites.base import SessionSuite, TurnInput
 from worker.windowing.event_time import INPUT_GROUP, SESSION_GROUP, Marker, Watermark
@@ -90,6 +92,8 @@ class SessionStage:
         # tombstone), written to the table once each at its end, after its results
         # (`_write_sessions`): a session's turns in one chunk cost one changelog record.
         self._changed: dict[str, tuple[dict[str, Any], EventT]] = {}
+        # The chunk's turn results and their scoring times, for the telemetry at its end.
+        self._observed: list[tuple[ResultView, float]] = []
 
     def forget(self) -> None:
         """Drop cached watermarks after a rebalance (the table has them)."""
@@ -152,7 +156,7 @@ class SessionStage:
             return _ChunkVectors(plan, future)
 
         pending = encode(chunks[0]) if chunks else None
-        previous: tuple[_Chunk, list[Any], asyncio.Future[list[Outcome]]] | None = None
+        previous: tuple[_Chunk, list[Any], asyncio.Future[_ScoredChunk]] | None = None
         for position, chunk in enumerate(chunks):
             assert pending is not None
             vectors = await pending.vectors()
@@ -167,21 +171,23 @@ class SessionStage:
         await self.forward_progress()
 
     async def _apply_chunk(
-        self, chunk: _Chunk, vectors: list[Any], scoring: asyncio.Future[list[Outcome]]
+        self, chunk: _Chunk, vectors: list[Any], scoring: asyncio.Future[_ScoredChunk]
     ) -> None:
         """Apply a chunk's messages in order, once the children scored its turns; the turn
         results leave together at the end (one record batch per partition), before any
         marker the batch forwards (a replayed turn publishes its result again)."""
-        scored = await scoring
+        contexts, scored = await scoring
         self._results = Contributions()
         try:
-            await self._apply_messages(chunk, vectors, scored)
+            await self._apply_messages(chunk, contexts, vectors, scored)
         finally:
             results, self._results = self._results, None
             try:
                 await self.publisher.contribute(results)
             finally:
                 self._write_sessions()
+                observed, self._observed = self._observed, []
+                observe_all(self.context, observed)
 
     async def _flush_chunk(self) -> None:
         """Send the chunk's results so far, then write the sessions they changed: a
@@ -207,11 +213,15 @@ class SessionStage:
             self.sessions[session_id] = entry
 
     async def _apply_messages(
-        self, chunk: _Chunk, vectors: list[Any], scored: list[Outcome]
+        self,
+        chunk: _Chunk,
+        contexts: list[TurnContext | Exception | None],
+        vectors: list[Any],
+        scored: list[Outcome],
     ) -> None:
         texts_of = self._texts_of
         cursor = 0
-        for event, data in chunk:
+        for (event, data), context in zip(chunk, contexts, strict=True):
             count = len(texts_of(data))
             with event_context(event):
                 try:
@@ -220,7 +230,9 @@ class SessionStage:
                         await self.on_markers(event, markers)
                         continue
                     span = slice(cursor, cursor + count)
-                    await self._apply(event, data, vectors[span], scored[span])
+                    if not isinstance(context, TurnContext):
+                        raise context or ValueError("a session-stream record without a record")
+                    await self._apply(event, data, context, vectors[span], scored[span])
                 except Exception:  # nothing one message does stops the stage
                     log.exception("session stage: unexpected failure on a message")
                 finally:
@@ -233,23 +245,83 @@ class SessionStage:
         self.encoder_pace.observe(len(texts), time.perf_counter() - started)
         return vectors
 
-    async def _score_turns(
-        self, chunk: list[tuple[EventT, dict[str, Any]]], vectors: list[Any]
-    ) -> list[Outcome]:
+    async def _score_turns(self, chunk: _Chunk, vectors: list[Any]) -> _ScoredChunk:
         """Score every text of a chunk in the scoring pool (in the order of `_texts_of`,
-        as the vectors are; a None vector: the turn was not embedded)."""
-        turns = [
-            (data["record"]["payload"], text) for _, data in chunk for text in self._texts_of(data)
-        ]
-        if not turns:
-            return []
+        as the vectors are; a None vector: the turn was not embedded), each with the
+        frame of its result, which the child writes too (`Framed`); with each message's
+        context (None: a marker; an exception: a record that did not validate)."""
         hooks = self.hooks
-        return await self.context.scoring_pool.score(
-            [
-                (hooks.pool_scorer, hooks.pool_item(payload, text, vectors[index]), len(text))
-                for index, (payload, text) in enumerate(turns)
-            ]
-        )
+        contexts = [self._context_of(data) for _, data in chunk]
+        clock_offset = self.context.clock() - time.time()
+        cases: list[Case] = []
+        for (_, data), context in zip(chunk, contexts, strict=True):
+            texts = self._texts_of(data)
+            if not texts:
+                continue
+            payload = data["record"]["payload"]
+            frames = self._frames(context, data, len(texts), clock_offset)
+            for index, text in enumerate(texts):
+                item = hooks.pool_item(payload, text, vectors[len(cases)])
+                if frames is not None:
+                    item = Framed(item, frames[index])
+                cases.append((hooks.pool_scorer, item, len(text)))
+        if not cases:
+            return contexts, []
+        return contexts, await self.context.scoring_pool.score(cases)
+
+    def _context_of(self, data: dict[str, Any]) -> TurnContext | Exception | None:
+        """A session-stream message's record, validated, with where and when it was read
+        (None: a marker; the exception when it does not validate)."""
+        if "record" not in data:
+            return None
+        try:
+            record = self.hooks.record_model.model_validate(data["record"], strict=False)
+            topic, partition, offset = data["source"]
+            return TurnContext(
+                record=record,
+                source=input_records.SourcePosition(topic, partition, offset),
+                event_time=datetime.fromtimestamp(float(data["event_time"]), UTC),
+                received=datetime.fromtimestamp(float(data["received"]), UTC),
+            )
+        except Exception as exc:
+            return exc
+
+    def _frames(
+        self, context: Any, data: dict[str, Any], count: int, clock_offset: float
+    ) -> list[ResultFrame] | None:
+        """The frames of the results of a record's `count` turns, as `_emit_turn` writes
+        them (None: the record did not validate, or is not what its texts say)."""
+        if not isinstance(context, TurnContext):
+            return None
+        record = context.record
+        try:
+            whole = self.hooks.turns(record.payload)[1]
+            unknown = tuple(unknown_fields(record.payload))
+        except Exception:  # `_apply` reports it
+            return None
+        if whole:
+            ids = [f"{record.id}#{index}" for index in range(count)]
+        elif count == 1:
+            ids = [record.id]
+        else:
+            return None
+        source = context.source
+        return [
+            ResultFrame(
+                case_id=case_id,
+                suite=self.suite,
+                kind="turn",
+                event_time=float(data["event_time"]),
+                model=record.model,
+                labels=record.labels,
+                source=(source.topic, source.partition, source.offset),
+                received=float(data["received"]),
+                trace_id=record.trace_id,
+                unknown=unknown,
+                clock_offset=clock_offset,
+            )
+            for case_id in ids
+        ]
 
     def _texts_of(self, data: dict[str, Any]) -> list[str]:
         """The texts to embed for one message of the session stream (none for a marker)."""
@@ -310,16 +382,14 @@ class SessionStage:
     # ---------------------------------------------------------------- turns
 
     async def _apply(
-        self, event: EventT, data: dict[str, Any], vectors: Any, scored: list[Outcome]
+        self,
+        event: EventT,
+        data: dict[str, Any],
+        context: TurnContext,
+        vectors: Any,
+        scored: list[Outcome],
     ) -> None:
-        record = self.hooks.record_model.model_validate(data["record"], strict=False)
-        topic, partition, offset = data["source"]
-        context = TurnContext(
-            record=record,
-            source=input_records.SourcePosition(topic, partition, offset),
-            event_time=datetime.fromtimestamp(float(data["event_time"]), UTC),
-            received=datetime.fromtimestamp(float(data["received"]), UTC),
-        )
+        record = context.record
         try:
             turns, whole = self.hooks.turns(record.payload)
             if whole:
@@ -363,7 +433,7 @@ class SessionStage:
         state = hooks.open(payload)
         unknown = unknown_fields(payload)
         for index, (turn, vector) in enumerate(zip(turns, vectors, strict=True)):
-            hooks.add(state, turn, scores[index], vector, self.context.clock())
+            hooks.add(state, turn, scores[index].turn, vector, self.context.clock())
             turn_id = f"{record.id}#{index}"
             await self._emit_turn(context, turn_id, scores[index], scored[index].seconds, unknown)
         await self.close_session(state, context.event_time, record.model, record.labels)
@@ -389,10 +459,10 @@ class SessionStage:
             return
         state = hooks.restore(stored["state"]) if stored else hooks.open(payload)
         hooks.check_turn(state, payload)
-        scored_turn = _turn_score(scored)
+        answer = _turn_score(scored)
         unknown = unknown_fields(payload)
-        await self._emit_turn(context, context.record.id, scored_turn, scored.seconds, unknown)
-        hooks.add(state, turn, scored_turn, vector, self.context.clock())
+        await self._emit_turn(context, context.record.id, answer, scored.seconds, unknown)
+        hooks.add(state, turn, answer.turn, vector, self.context.clock())
         meta = _session_meta(stored, context.record, context.event_time)
         if turn.final:
             meta["final_index"] = turn.index
@@ -419,27 +489,37 @@ class SessionStage:
         self,
         context: TurnContext,
         turn_id: str,
-        turn: Any,
+        answer: _Answer,
         elapsed: float,
         unknown: list[str] | None = None,
     ) -> None:
-        result = input_records.build_result(
-            case_id=turn_id,
-            suite=self.suite,
-            kind="turn",
-            scored=with_unknown_fields(self.hooks.turn_scored(turn), unknown or []),
-            event_time=context.event_time,
-            model=context.record.model,
-            labels=context.record.labels,
-            versions=self.context.suites.versions(self.suite),
-            source=context.source,
-            scored_at=self.context.now(),
-            received_at=context.received,
-            trace_id=context.record.trace_id,
-        )
+        """Publish a turn's result: the bytes its scoring child wrote (read back only
+        for the fields the loop uses, `result_facts`), or built here when it wrote none."""
+        value = answer.value
+        result: ResultView
+        if value is not None:
+            result = result_facts(value)
+        else:
+            result = input_records.build_result(
+                case_id=turn_id,
+                suite=self.suite,
+                kind="turn",
+                scored=with_unknown_fields(self.hooks.turn_scored(answer.turn), unknown or []),
+                event_time=context.event_time,
+                model=context.record.model,
+                labels=context.record.labels,
+                versions=self.context.suites.versions(self.suite),
+                source=context.source,
+                scored_at=self.context.now(),
+                received_at=context.received,
+                trace_id=context.record.trace_id,
+            )
         # windows count sessions, not turns
-        await self.publisher.result(result, aggregate=False, batch=self._results)
-        observe(self.context, result, elapsed)
+        await self.publisher.result(result, aggregate=False, batch=self._results, value=value)
+        if self._results is not None:
+            self._observed.append((result, elapsed))  # observed at the chunk's end
+        else:
+            observe(self.context, result, elapsed)
 
     async def close_session(
         self,
@@ -535,16 +615,29 @@ class _ChunkVectors:
         return [next(encoded) if embed else None for embed in self.plan]
 
 
-def _turn_score(outcome: Outcome) -> Any:
+class _Answer(NamedTuple):
+    """A turn's score from the pool, with its result's bytes when the child wrote them."""
+
+    turn: Any  # what the suite's turn scorer returned
+    value: bytes | None
+
+
+def _turn_score(outcome: Outcome) -> _Answer:
     """A turn's score from the pool; `Rejected` with the reason when it has none (past
     `limits.scoring_deadline`, a scorer failure)."""
-    if outcome.scored is None:
+    scored = outcome.scored
+    if scored is None:
         reason = outcome.reason or input_records.SCORING_ERROR
         raise input_records.Rejected(reason, outcome.message)
-    return outcome.scored
+    if isinstance(scored, FramedAnswer):
+        return _Answer(scored.answer, scored.value)
+    return _Answer(scored, None)
 
 
 _Chunk = list[tuple[EventT, dict[str, Any]]]  # consecutive messages of a micro-batch
+# A chunk's scoring: each message's context (`SessionStage._context_of`), and each
+# text's outcome
+_ScoredChunk = tuple[list["TurnContext | Exception | None"], list[Outcome]]
 
 
 def _chunks_by_texts(

@@ -219,7 +219,9 @@ class SessionSuite(Protocol):
 
     @property
     def pool_scorer(self) -> str:
-        """The scoring pool's name of its turn scorer."""
+        """The scoring pool's name of its turn scorer; the scorer also has
+        `scored(answer) -> Scored` (as `turn_scored`), with which the child writes the
+        turn's result (`worker.input.scored_records.Framed`)."""
         ...
 
     def timing(self, section: Any) -> SessionTiming:

@@ -361,6 +361,11 @@ class AlignmentTurnScorer:
             text, persona, vector, self.settings, self.patterns, self.classifier, safety
         )
 
+    def scored(self, turn: TurnScore) -> Scored:
+        """The result of a turn it scored (`AlignmentSessions.turn_scored`), for the child
+        to write the turn's result (`scored_records.Framed`)."""
+        return turn_scored(turn)
+
 
 def _is_turn(turn: Any) -> bool:
     return isinstance(turn, tuple) and len(turn) == 3 and isinstance(turn[1], str)
