@@ -89,6 +89,8 @@ class Contributions:
         self.folding = folding
         self.fold_from = fold_from or {}
         self.results: list[tuple[bytes, bytes]] = []  # (key, value) of each result
+        # (session key, value) of each record forwarded to the session stage
+        self.forwarded: list[tuple[bytes, bytes]] = []
         self._by_key: dict[str, _KeyContributions] = {}
         # Results added and not folded yet: (result, value, segments, scored)
         self._pending: list[tuple[ResultView, bytes, Sequence[Any], Scored | None]] = []
@@ -163,6 +165,7 @@ class Contributions:
 
     def clear(self) -> None:
         self.results.clear()
+        self.forwarded.clear()
         self._by_key.clear()
         self._pending.clear()
 
@@ -292,13 +295,17 @@ class Publisher:
         return known
 
     async def send_results(self, batch: Contributions) -> None:
-        """Send the results collected in `batch` so far (one record batch per partition),
-        ahead of the batch's contributions: results need not wait for the folds. Their
-        input offsets are committed only after the whole batch (`contribute`), and the
-        producer is flushed before any commit, so at-least-once holds."""
+        """Send the results collected in `batch` so far, and the records it forwards to
+        the session stage (one record batch per partition each), ahead of the batch's
+        contributions: results need not wait for the folds. Their input offsets are
+        committed only after the whole batch (`contribute`), and the producer is flushed
+        before any commit, so at-least-once holds."""
         if batch.results:
             await self.send_records(self.topics.results, batch.results)
             batch.results.clear()
+        if batch.forwarded:
+            await self.send_records(self.topics.turns, batch.forwarded)
+            batch.forwarded.clear()
 
     async def contribute(self, batch: Contributions) -> None:
         """Send a micro-batch's results (one record batch per partition), then its
@@ -335,9 +342,16 @@ class Publisher:
         """A micro-batch's early folds for one suite|segment (`worker.gates.early`)."""
         await self.send(self.topics.aggregate_input, key, value)
 
-    async def turn(self, session_id: str, value: bytes) -> None:
-        """Forward an alignment record to the session stage, keyed by its session."""
-        await self.send(self.topics.turns, session_id, value)
+    async def turn(self, session_id: str, value: bytes, batch: Contributions | None = None) -> None:
+        """Forward an alignment record to the session stage, keyed by its session: now,
+        or collected in `batch` to go out with its results (`send_results`), before any
+        marker that covers it. `OutputTooLarge` when it does not fit (nothing sent)."""
+        key = session_id.encode("utf-8")
+        if batch is None:
+            await self.send(self.topics.turns, key, value)
+            return
+        self.check_size(self.topics.turns, key, value)
+        batch.forwarded.append((key, value))
 
     async def markers(self, topic: TopicT, markers: Sequence[Marker]) -> None:
         """Send `markers`, as one record, to every partition of an internal topic."""

@@ -243,14 +243,14 @@ class ScoreStage:
         for item in submitted.prepared:
             event, source = item.event, item.source
             if isinstance(item, _Here):
-                step = self._decode_here(event, source, item.received)
+                step = self._decode_here(event, source, item.received, batch=batch)
                 event_times.append(await self._guarded(step, event, source))
                 continue
             outcome = await anext(outcomes)
             event_times.append(
                 await self._guarded(self._finish(item, outcome, batch), event, source)
             )
-            if batch is not None and len(batch.results) >= CHUNK_RECORDS:
+            if batch is not None and len(batch.results) + len(batch.forwarded) >= CHUNK_RECORDS:
                 await self.publisher.send_results(batch)  # out now, not after the batch
         return event_times
 
@@ -334,11 +334,13 @@ class ScoreStage:
         source: input_records.SourcePosition,
         received: datetime,
         early: EarlyTurns | None = None,
+        batch: Contributions | None = None,
     ) -> datetime | None:
         """A record the scoring pool does not take to a result: one without a value or
         over `max_record_bytes` (dead-lettered), or a session suite's turn (forwarded to
-        the session stage, and counted for the early gates with what the pool judged of
-        it: `early`); the event time when the record had a usable one."""
+        the session stage, with `batch` when there is one, and counted for the early
+        gates with what the pool judged of it: `early`); the event time when the record
+        had a usable one."""
         settings = self.settings
         try:
             record = input_records.decode_record(
@@ -355,7 +357,7 @@ class ScoreStage:
                 raise RuntimeError(f"a {record.suite} record came back from the scoring pool")
             self.context.suites.check_session(record.payload)
             await self._forward_turn(
-                record, sessions.session_id(record.payload), source, received, event_time
+                record, sessions.session_id(record.payload), source, received, event_time, batch
             )
             if early is not None and self.early is not None:
                 segments = aggregation.segments_for(
@@ -379,9 +381,9 @@ class ScoreStage:
         or dead-letter it with the reason it was not scored."""
         event, source, scored = case.event, case.source, outcome.scored
         if isinstance(scored, EarlyTurns):
-            return await self._decode_here(event, source, case.received, scored)
+            return await self._decode_here(event, source, case.received, scored, batch)
         if scored == NOT_A_CASE:
-            return await self._decode_here(event, source, case.received)
+            return await self._decode_here(event, source, case.received, batch=batch)
         if not isinstance(scored, ScoredRecord):
             reason = outcome.reason or input_records.SCORING_ERROR
             if reason == input_records.SCORING_ERROR:  # a scorer bug
@@ -415,15 +417,17 @@ class ScoreStage:
         source: input_records.SourcePosition,
         received: datetime,
         event_time: datetime,
+        batch: Contributions | None = None,
     ) -> None:
-        """Hand a session suite's record to the session stage, keyed by its session."""
+        """Hand a session suite's record to the session stage, keyed by its session (with
+        `batch`'s results, when there is one)."""
         envelope = {
             "record": record.model_dump(mode="json", by_alias=True),
             "source": [source.topic, source.partition, source.offset],
             "event_time": event_time.timestamp(),
             "received": received.timestamp(),
         }
-        await self.publisher.turn(session_id, orjson.dumps(envelope))
+        await self.publisher.turn(session_id, orjson.dumps(envelope), batch)
 
     # ---------------------------------------------------------------- progress
 
