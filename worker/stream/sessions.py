@@ -161,8 +161,11 @@ class SessionStage:
             assert pending is not None
             vectors = await pending.vectors()
             pending = encode(chunks[position + 1]) if position + 1 < len(chunks) else None
-            # the children score this chunk while the chunk before is applied here
+            # the children score this chunk while the chunk before is applied here: the
+            # task runs up to handing the chunk to them now (applying a chunk may never
+            # suspend, and the children would wait for it to end)
             scoring = asyncio.ensure_future(self._score_turns(chunk, vectors))
+            await asyncio.sleep(0)
             if previous is not None:
                 await self._apply_chunk(*previous)
             previous = (chunk, vectors, scoring)
