@@ -197,6 +197,16 @@ def test_results_without_source_and_sessions_are_checked_by_id() -> None:
     assert state["count"] == 3
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from(["a", "b", "s1", "s10", "s2", "x"]), max_size=12))
+def test_sessions_count_once_each_whatever_their_order(ids: list[str]) -> None:
+    """Session ids are looked up in the state's sorted list by binary search."""
+    sessions = [result(ident, {"overall": 0.5}, offset=1, kind="session") for ident in ids]
+    state = fold(sessions)
+    assert state["count"] == len(set(ids))
+    assert state["seen_ids"] == sorted(f"session:{ident}" for ident in set(ids))
+
+
 def test_reservoir_stays_bounded_and_keeps_the_same_sample_as_the_foundation() -> None:
     from worker.stats import Reservoir
 

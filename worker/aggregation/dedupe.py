@@ -9,7 +9,7 @@ timers, out of offset order). Pure; works on the state's `high_water` and `seen_
 
 from __future__ import annotations
 
-from bisect import insort
+from bisect import bisect_left, insort
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -35,13 +35,20 @@ def is_replay(state: State, result: ResultView) -> bool:
     """Whether `result` was already counted in `state`."""
     ident = sample_id(result)
     if _checked_by_id(result):
-        return ident in state["seen_ids"]
+        return _in_sorted(state["seen_ids"], ident)
     mark = state["high_water"].get(_partition_key(result))
     if mark is None:
         return False
     last_offset, ids_at_last = mark
     offset = result.source.offset  # type: ignore[union-attr]
     return offset < last_offset or (offset == last_offset and ident in ids_at_last)
+
+
+def _in_sorted(items: list[str], item: str) -> bool:
+    """Whether `item` is in the sorted `items` (a binary search: a window of an hour
+    holds the ids of all its sessions, and `in` read them one by one for each result)."""
+    at = bisect_left(items, item)
+    return at < len(items) and items[at] == item
 
 
 def remember(state: State, result: ResultView) -> None:
