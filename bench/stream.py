@@ -999,8 +999,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--n-alignment-sampled",
         type=int,
-        default=3000,
-        help="alignment turns of the alignment-sampled row (every turn sampled out)",
+        default=8000,
+        help="alignment turns of the alignment-sampled row (every turn sampled out; about "
+        "as long a run as the safe row's, so its start does not weigh more)",
     )
     parser.add_argument("--suites", default="safe,extraction,alignment,alignment-sampled,otlp")
     parser.add_argument(
