@@ -427,8 +427,8 @@ def _score_one(suite: str, payload: Any) -> tuple[Any, ...]:
         if isinstance(payload, Framed):  # the result's bytes are written here too
             payload, frame = payload.item, payload.frame
         scored = scorer(payload)
-        scored_of = getattr(scorer, "scored", None)  # a scorer without: the caller writes it
-        if frame is not None and scored_of is not None:
+        scored_of = None if frame is None else getattr(scorer, "scored", None)
+        if frame is not None and scored_of is not None:  # (without: the caller writes it)
             versions = suite_versions(frame.suite, _SETTINGS[0], _VERSIONS)
             scored = FramedAnswer(scored, frame_result_json(frame, scored_of(scored), versions))
         if isinstance(scored, Scored):

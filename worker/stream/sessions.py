@@ -194,8 +194,9 @@ class SessionStage:
 
     async def _flush_chunk(self) -> None:
         """Send the chunk's results so far, then write the sessions they changed: a
-        session's tombstone never reaches the table ahead of the session's result (a
-        replayed turn of a closed session is not scored into a session again)."""
+        session's tombstone never reaches the table ahead of the session's result
+        (should the worker stop between them, its replayed turns find the session open
+        and close it again, not closed without a result)."""
         if self._results is not None:
             await self.publisher.contribute(self._results)
         self._write_sessions()
