@@ -16,6 +16,7 @@ from typing import Any
 from schemas.outputs import Versions
 from worker.config import Settings
 from worker.input.rejections import UNKNOWN_SUITE, Rejected
+from worker.input.scored_records import suite_versions
 from worker.scoring_pool import ScorerFactory, section_factory
 from worker.suites import registry
 from worker.suites.base import CaseScorer, Scored, SessionSuite
@@ -100,11 +101,7 @@ class ScoringSuites:
 
     def versions(self, suite: str) -> Versions:
         """The `versions` of the suite's results (built once per suite, not per result)."""
-        versions = self._versions.get(suite)
-        if versions is None:
-            spec = registry.get(suite)
-            versions = self._versions[suite] = spec.versions(spec.section(self.settings))
-        return versions
+        return suite_versions(suite, self.settings, self._versions)
 
 
 __all__ = ["ScoringSuites"]

@@ -208,10 +208,10 @@ class SessionStage:
                 self.sessions[session_id] = entry
         self._changed.clear()
 
-    def _store(self, session_id: str, entry: dict[str, Any], event: EventT | None) -> None:
+    def _store(self, session_id: str, entry: dict[str, Any], event: EventT) -> None:
         """Keep a session's new entry until the chunk's end (`_write_sessions`), or write
         it now outside a chunk."""
-        if self._results is not None and event is not None:
+        if self._results is not None:
             self._changed[session_id] = (entry, event)
         else:
             self.sessions[session_id] = entry
@@ -435,11 +435,10 @@ class SessionStage:
         payload = record.payload
         scores = [_turn_score(outcome) for outcome in scored]
         state = hooks.open(payload)
-        unknown = unknown_fields(payload)
         for index, (turn, vector) in enumerate(zip(turns, vectors, strict=True)):
             hooks.add(state, turn, scores[index].turn, vector, self.context.clock())
             turn_id = f"{record.id}#{index}"
-            await self._emit_turn(context, turn_id, scores[index], scored[index].seconds, unknown)
+            await self._emit_turn(context, turn_id, scores[index], scored[index].seconds)
         await self.close_session(state, context.event_time, record.model, record.labels)
 
     async def _apply_turn(
@@ -464,8 +463,7 @@ class SessionStage:
         state = hooks.restore(stored["state"]) if stored else hooks.open(payload)
         hooks.check_turn(state, payload)
         answer = _turn_score(scored)
-        unknown = unknown_fields(payload)
-        await self._emit_turn(context, context.record.id, answer, scored.seconds, unknown)
+        await self._emit_turn(context, context.record.id, answer, scored.seconds)
         hooks.add(state, turn, answer.turn, vector, self.context.clock())
         meta = _session_meta(stored, context.record, context.event_time)
         if turn.final:
@@ -495,7 +493,6 @@ class SessionStage:
         turn_id: str,
         answer: _Answer,
         elapsed: float,
-        unknown: list[str] | None = None,
     ) -> None:
         """Publish a turn's result: the bytes its scoring child wrote (read back only
         for the fields the loop uses, `result_facts`), or built here when it wrote none."""
@@ -508,7 +505,9 @@ class SessionStage:
                 case_id=turn_id,
                 suite=self.suite,
                 kind="turn",
-                scored=with_unknown_fields(self.hooks.turn_scored(answer.turn), unknown or []),
+                scored=with_unknown_fields(
+                    self.hooks.turn_scored(answer.turn), unknown_fields(context.record.payload)
+                ),
                 event_time=context.event_time,
                 model=context.record.model,
                 labels=context.record.labels,
