@@ -254,6 +254,9 @@ async def test_membership_change_loses_and_double_counts_nothing(
     finals = finals_of(reader, topics.aggregates)
     report = summary(scenario.name, produced, expected, finals)
     print(report)
+    wanted = {(segment, start): {n} for segment, ws in expected.items() for start, n in ws.items()}
+    if {key: set(counts) for key, counts in finals.items()} != wanted:
+        report += handover_log(group)  # what a rare miscount in CI leaves to read
     for segment, windows in expected.items():
         got = {start: counts for (seg, start), counts in finals.items() if seg == segment}
         assert set(got) == set(windows), f"{segment}: windows without a final\n{report}"
@@ -268,6 +271,23 @@ async def test_membership_change_loses_and_double_counts_nothing(
         distinct = sum(len(windows) for windows in expected.values())
         on_topic = sum(len(counts) for counts in finals.values())
         assert opened == distinct == published == on_topic, (opened, distinct, published)
+
+
+HANDOVER_LINES = ("folding from", "Joined group", "Revoking", "WARNING", "ERROR")
+
+
+def handover_log(group: Group, per_worker: int = 60) -> str:
+    """The lines of each worker's log that say how partitions moved and where each new
+    owner started folding (the last `per_worker` of them)."""
+    parts = []
+    for index, worker in enumerate(group.workers):
+        try:
+            lines = worker.log_path.read_text(errors="replace").splitlines()
+        except OSError:
+            continue
+        kept = [line for line in lines if any(mark in line for mark in HANDOVER_LINES)]
+        parts.append(f"\n--- worker {index}\n" + "\n".join(kept[-per_worker:]))
+    return "".join(parts)
 
 
 def expected_counts(produced: list[dict[str, Any]]) -> dict[str, dict[float, int]]:

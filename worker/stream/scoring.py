@@ -449,6 +449,7 @@ class ScoreStage:
         if partition in self.fold_from:
             return
         tp = TP(self.settings.topics.input, partition)
+        reached = committed = None
         if self.guard is not None:
             reached = self.guard.reached(f"{tp.topic}|{partition}")
             try:
@@ -456,17 +457,25 @@ class ScoreStage:
             except Exception:  # no Faust consumer (tests): nothing committed here
                 committed = None
             if reached is None and committed is None:
-                self.fold_from[partition] = 0
+                self._fold_from(partition, 0, "nothing marked or committed")
                 return
             if reached is not None and (committed is None or committed <= reached + 1):
-                self.fold_from[partition] = reached + 1
+                self._fold_from(
+                    partition, reached + 1, f"in flight up to {reached}, committed {committed}"
+                )
                 return
         try:
             highwater = self.app.consumer.highwater(tp)
         except Exception:  # no consumer (tests) or revoked meanwhile: not folded yet
             return
         if highwater is not None:
-            self.fold_from[partition] = int(highwater)
+            self._fold_from(partition, int(highwater), f"high watermark; committed {committed}")
+
+    def _fold_from(self, partition: int, offset: int, why: str) -> None:
+        """Record `fold_from` (logged: one line per input partition and assignment, what
+        a handover's audit reads first)."""
+        self.fold_from[partition] = offset
+        log.info("input partition %s: folding from offset %s (%s)", partition, offset, why)
 
     async def _send_batch_progress(self, partitions: set[int], now: float) -> None:
         """Right behind a micro-batch's outputs: one marker record (to every partition of
