@@ -170,7 +170,11 @@ class WindowStore:
 
     def forget(self) -> None:
         """Drop caches (after a rebalance another worker may have moved the state).
-        Anything not flushed is dropped too: its input was not acknowledged."""
+        Only between batches: a pane's state is merged into in place, so a change not
+        flushed yet would stay in the mapping's value with the pane's old offset marks,
+        and its input, not acknowledged, would count again when read again. Faust's
+        rebalance signals come when no batch is in hand (revocation waits for every
+        event to be acknowledged; recovery ends before the stream resumes)."""
         self.stage_progress.forget()
         self._series.clear()
         self._pending.clear()
