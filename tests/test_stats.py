@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import collections
+import itertools
 import statistics
 
 import numpy as np
@@ -16,6 +18,8 @@ from worker.stats import (
     bootstrap_diff_ci,
     bootstrap_means,
     mean,
+    percentiles,
+    sample_grid,
 )
 
 scores = st.lists(st.floats(min_value=0.0, max_value=1.0), min_size=1, max_size=60)
@@ -98,10 +102,12 @@ def test_mean_of_nothing_is_zero() -> None:
 @pytest.mark.parametrize(
     "values",
     [
-        [0.0, 0.5, 1.0, 1.0, 0.5, 1.0, 0.0, 1.0] * 16,  # few distinct: counts are drawn
+        [0.0, 0.5, 1.0, 1.0, 0.5, 1.0, 0.0, 1.0] * 16,  # on a grid: sums of steps are drawn
+        [0.1, 0.37, 2**-0.5, 0.9, 0.37, 0.9, 0.1, 0.9] * 16,  # few distinct: counts are drawn
+        [0.25, 1.0, 1.0, 0.25, 1.0] * 20,  # two values: how often the larger is picked
         [i / 127 for i in range(128)],  # all distinct: every pick is drawn
     ],
-    ids=["few-distinct", "all-distinct"],
+    ids=["grid", "few-distinct", "two-values", "all-distinct"],
 )
 def test_bootstrap_means_follow_the_resampling_distribution(values: list[float]) -> None:
     """Either way of resampling gives means centred on the sample mean with the spread of
@@ -111,3 +117,47 @@ def test_bootstrap_means_follow_the_resampling_distribution(values: list[float])
     assert means.shape == (20_000,)
     assert means.mean() == pytest.approx(data.mean(), abs=0.002)
     assert means.std() == pytest.approx(data.std() / np.sqrt(data.size), rel=0.03)
+
+
+def test_means_on_a_grid_have_the_exact_distribution_of_resampled_means() -> None:
+    """Four values on a grid of 9 steps (0, 4/9, 1, 1): every resample of 4 picks listed
+    (256 of them, equally likely) gives the exact distribution of the resampled means,
+    15 values; 200,000 means drawn on the grid match it (a chi-square statistic with 14
+    degrees of freedom: 99.9 % of samples stay under 36.1)."""
+    data = np.asarray([0.0, 4 / 9, 1.0, 1.0])
+    assert sample_grid(np.unique(data)) == (9, pytest.approx([0, 4, 9]))
+    exact: dict[float, float] = {}
+    for picks in itertools.product(data, repeat=data.size):
+        key = round(float(np.mean(picks)), 9)
+        exact[key] = exact.get(key, 0.0) + 1 / data.size**data.size
+    draws = 200_000
+    means = bootstrap_means(data, draws, np.random.default_rng(11))
+    drawn = collections.Counter(round(float(value), 9) for value in means)
+    assert set(drawn) <= set(exact)
+    chi_square = sum((drawn[key] - draws * p) ** 2 / (draws * p) for key, p in exact.items())
+    assert len(exact) == 15 and chi_square < 36.1
+
+
+@pytest.mark.parametrize(
+    ("values", "steps"),
+    [
+        ([0.0, 0.25, 0.5, 2 / 3, 1.0], 12),  # shares of 4 and of 3 checks
+        ([0.25, 0.5, 5 / 9, 2 / 3, 5 / 6, 8 / 9, 1.0], 27),  # weighted sums of such shares
+        ([1 / 3, 0.5, 2 / 3, 1.0], 4),
+        ([0.1, 0.37, 2**-0.5], None),  # not on a grid
+        ([0.0, 1 / 997, 1.0], None),  # a grid of more than GRID_STEPS steps
+        ([0.5, 0.5], None),  # no range
+    ],
+)
+def test_sample_grid_finds_the_grid_of_scores(values: list[float], steps: int | None) -> None:
+    grid = sample_grid(np.unique(np.asarray(values)))
+    assert (grid[0] if grid is not None else None) == steps
+
+
+@given(
+    st.lists(st.floats(min_value=-1e6, max_value=1e6), min_size=1, max_size=300),
+    st.lists(st.floats(min_value=0.0, max_value=100.0), min_size=1, max_size=4),
+)
+def test_percentiles_are_numpys(values: list[float], percents: list[float]) -> None:
+    data = np.asarray(values)
+    assert percentiles(data, percents) == [float(v) for v in np.percentile(data, percents)]
