@@ -172,8 +172,10 @@ FEW_DISTINCT = 16
 # sums of such shares: most window metrics), on that grid ...
 GRID_STEPS = 720
 # ... while n values' sums of grid steps take fewer than this many values (the length of
-# the transform that gives their distribution).
-GRID_SUMS = 1 << 17
+# the transform that gives their distribution): a full default reservoir (128 values) on
+# a grid of up to 63 steps. Past it the multinomial draws are cheaper (0.2-0.35 ms for
+# any n, against 0.5 ms for a transform of 16,384 and 5 ms of 131,072).
+GRID_SUMS = 1 << 13
 # How far from its grid point a value may be, as a share of the sample's range (float
 # rounding of fractions such as 5/9); a value taken for a grid point this close moves
 # the means by less than that share of the range.
