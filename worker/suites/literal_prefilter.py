@@ -67,6 +67,7 @@ from __future__ import annotations
 import re
 import warnings
 from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from functools import lru_cache
 from itertools import chain
@@ -940,24 +941,36 @@ class LiteralPrefilter:
 
     def candidates(self, text: str) -> list[tuple[int, Iterator[re.Match[str]]]]:
         """(pattern index, what `pattern.finditer(text)` yields), in pattern order, for
-        the patterns that may match `text`; every other pattern has no match in it."""
+        the patterns that may match `text`; every other pattern has no match in it.
+
+        A short text without a repeating run (a reply, most of the time) is read by the
+        automaton first for which literals it holds; where each starts is grouped only
+        when a pattern has all its required literals there. Most replies hold fifty-odd
+        short literals ("you", "the", ",") and wake no such pattern, and grouping their
+        places was two thirds of the time `candidates` took on them."""
         folded = fold(text) if self._literals else None
         if folded is None:
             return [(index, pattern.finditer(text)) for index, pattern in enumerate(self.patterns)]
         codes = code_points(folded)
-        starts = self._literal_starts(folded, codes)
-        woken = set(self._always)
-        for literal in starts:
-            woken.update(self._woken.get(literal, ()))
-        places = _Places(folded, starts, self._lengths, codes)
         run = _run_of(folded)
-        present = starts.keys()
+        if run is None and len(codes) <= _FEW_UNITS:
+            read = self._short_reader.reports(folded)
+            character_ids, character_places = self._character_places(codes)
+            present = self._short_reader.numbers(read[1])
+            present.update(character_ids.tolist())
+            tried = self._tried(present)
+            if not tried:
+                return []
+            starts = self._short_reader.starts(folded, codes, read=read)
+            starts.update(_grouped_places(character_ids, character_places))
+        else:
+            starts = self._literal_starts(folded, codes)
+            tried = self._tried(starts.keys())
+        places = _Places(folded, starts, self._lengths, codes)
         hits: list[tuple[int, Iterator[re.Match[str]]]] = []
-        for index in sorted(woken):
+        for index in tried:
             pattern = self.patterns[index]
             anchors = self._anchor_ids[index]
-            if any(present.isdisjoint(needed) for needed in self._required_ids[index]):
-                continue  # a literal every match needs is not in the text
             if anchors is None:
                 digits = places.digits() if self._digit_led[index] else None
                 if digits is None:
@@ -1009,10 +1022,29 @@ class LiteralPrefilter:
                 found[literal] = np.concatenate(
                     (_tiled(at, start, period, fits), later[np.searchsorted(later, fits) :])
                 )
+        found.update(_grouped_places(*self._character_places(codes)))
+        return found
+
+    def _tried(self, present: AbstractSet[int]) -> list[int]:
+        """The patterns, in order, that the literals `present` in a text wake and that
+        have one literal of each of their required groups among them (a pattern missing
+        one has no match in the text)."""
+        woken = set(self._always)
+        for literal in present:
+            woken.update(self._woken.get(literal, ()))
+        required = self._required_ids
+        return [
+            index
+            for index in sorted(woken)
+            if not any(present.isdisjoint(needed) for needed in required[index])
+        ]
+
+    def _character_places(self, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(literal number, place) of each one-character literal in a text of these code
+        points, in order of place."""
         characters = lookup(self._character_ids, codes)
         places = np.flatnonzero(characters >= 0)
-        found.update(_grouped_places(characters[places], places))
-        return found
+        return characters[places], places
 
     def count_all(self, text: str) -> list[int]:
         """For each pattern, `len(pattern.findall(text))`."""
@@ -1046,7 +1078,13 @@ class _LiteralReader:
                 implementation=ahocorasick_rs.Implementation.ContiguousNFA,
             )
 
-    def starts(self, folded: str, codes: np.ndarray, offset: int = 0) -> dict[int, np.ndarray]:
+    def starts(
+        self,
+        folded: str,
+        codes: np.ndarray,
+        offset: int = 0,
+        read: tuple[bytes, list[tuple[int, int, int]]] | None = None,
+    ) -> dict[int, np.ndarray]:
         """For each of its literals in `folded` (of these code points), by number, the
         sorted positions where it starts, each plus `offset` (where `folded` begins in
         the text).
@@ -1061,19 +1099,32 @@ class _LiteralReader:
 
         A long text's reports are flattened into an array and grouped with numpy, with no
         Python step per report (a degenerate text has several at every word); a short
-        text's are grouped in Python, where numpy's fixed costs per call would dominate."""
+        text's are grouped in Python, where numpy's fixed costs per call would dominate.
+        `read`: what `reports` returned for `folded`, when it was read before."""
         found: dict[int, np.ndarray] = {}
         if self._pair_ids is not None:
             pairs = np.take(self._pair_ids, _pair_index(codes))
             places = np.flatnonzero(pairs >= 0)
             found = _grouped_places(pairs[places], places + offset if offset else places)
-        return found | self._automaton_starts(folded, offset)
+        raw, reports = read if read is not None else self.reports(folded)
+        return found | self._automaton_starts(folded, raw, reports, offset)
 
-    def _automaton_starts(self, folded: str, offset: int) -> dict[int, np.ndarray]:
+    def reports(self, folded: str) -> tuple[bytes, list[tuple[int, int, int]]]:
+        """`folded`'s UTF-8 bytes and the automaton's reports on them (literal index among
+        this reader's, start and end byte), overlapping ones too; none without literals."""
         if self._automaton is None:
-            return {}
+            return b"", []
         raw = folded.encode("utf-8", "surrogatepass")
-        reports = self._automaton.find_matches_as_indexes(raw, overlapping=True)
+        return raw, self._automaton.find_matches_as_indexes(raw, overlapping=True)
+
+    def numbers(self, reports: list[tuple[int, int, int]]) -> set[int]:
+        """The literals (by the prefilter's numbers) that `reports` found."""
+        literal_of = self._numbers
+        return {literal_of[which] for which, _, _ in reports}
+
+    def _automaton_starts(
+        self, folded: str, raw: bytes, reports: list[tuple[int, int, int]], offset: int
+    ) -> dict[int, np.ndarray]:
         if not reports:
             return {}
         ascii_only = len(raw) == len(folded)
