@@ -65,8 +65,11 @@ def run_broker(args: argparse.Namespace) -> int:
             "the same port in the worker's broker URL"
         )
     broker = EmbeddedBroker(port=port, host=args.host)
+    # SIGINT too, not Python's KeyboardInterrupt: a process started with SIGINT ignored
+    # (a background job of a script, and all it starts) would not stop on Ctrl-C otherwise
     previous = {
-        signum: signal.signal(signum, _raise_stop) for signum in (signal.SIGTERM, signal.SIGHUP)
+        signum: signal.signal(signum, _raise_stop)
+        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
     }
     try:
         try:
