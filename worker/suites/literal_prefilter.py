@@ -37,7 +37,10 @@ three-word anchors in a few milliseconds.
 A pattern is also skipped when a literal every match needs is absent (`required_literals`):
 of a branch, the longest needed literal of each alternative, together ("send me" before
 "national id" or "seed phrase" needs "national" or "phrase"), so a reply repeating "send me
-your card number" tries no pattern whose objects it lacks.
+your card number" tries no pattern whose objects it lacks. A short reply (up to 2,048
+characters, not repeating) is first only asked which literals it holds: most hold
+fifty-odd ("you", "the", ",") and leave no pattern with all its required ones, and their
+places are then never grouped (half of the keyword pass on ordinary replies).
 
 A pattern whose first word is in many places is tried only at those from which each of
 its other required literals starts within its reach (`reach`: the most a match can span,
