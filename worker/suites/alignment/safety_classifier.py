@@ -777,8 +777,9 @@ class SafetyClassifier:
         blocks = self.model.blocks
         width = blocks * self._stride
         # each (sentence, term) pair once with its count, sorted by sentence then block
+        # (numpy's stable sort takes half the time of its default on these keys)
         keys = owners * width + rows
-        keys.sort()
+        keys.sort(kind="stable")
         first = np.empty(len(keys) + 1, dtype=bool)
         first[0] = first[-1] = True
         np.not_equal(keys[1:], keys[:-1], out=first[1:-1])
