@@ -69,7 +69,7 @@ from __future__ import annotations
 
 import re
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from functools import lru_cache
@@ -914,18 +914,29 @@ class LiteralPrefilter:
             self._character_ids[code] = index
         # Which patterns a literal's presence can wake: an anchored pattern only matches
         # where one of its anchors' first words is; one without anchors only where every
-        # required literal group has one present (or always, with none). Most texts hold
-        # few literals, so `candidates` looks at only the patterns they wake.
+        # required literal group has one present (or always, with none). A pattern with
+        # required literals is woken by one group of them only, the one whose shortest
+        # literal is longest (the rarest, most likely: "kill" rather than "you"), and
+        # then also needs a first word present (`_first_words`): it is tried where it was
+        # before, but most replies wake far fewer patterns. Most texts hold few literals,
+        # so `candidates` looks at only the patterns they wake.
         self._always: list[int] = []
+        self._first_words: list[frozenset[int] | None] = [None] * len(self.patterns)
         woken: dict[int, set[int]] = {}
         for index, by_first in enumerate(self._anchor_ids):
+            needs = self._required_ids[index]
             if by_first is not None:
                 firsts = list(by_first)
             else:
-                firsts = [literal for needed in self._required_ids[index] for literal in needed]
+                firsts = [literal for needed in needs for literal in needed]
             if (by_first is None and not firsts) or _ANY_WORD_ID in firsts:
                 self._always.append(index)
                 continue
+            if needs:
+                trigger = max(needs, key=self._rarity)
+                firsts = sorted(trigger)
+                if by_first is not None:
+                    self._first_words[index] = frozenset(by_first)
             for first in firsts:
                 woken.setdefault(first, set()).add(index)
         self._woken = {first: sorted(indexes) for first, indexes in woken.items()}
@@ -1035,12 +1046,20 @@ class LiteralPrefilter:
         woken = set(self._always)
         for literal in present:
             woken.update(self._woken.get(literal, ()))
-        required = self._required_ids
-        return [
-            index
-            for index in sorted(woken)
-            if not any(present.isdisjoint(needed) for needed in required[index])
-        ]
+        tried = []
+        for index in sorted(woken):
+            if any(present.isdisjoint(needed) for needed in self._required_ids[index]):
+                continue  # a literal every match needs is not in the text
+            firsts = self._first_words[index]
+            if firsts is not None and present.isdisjoint(firsts):
+                continue  # woken by a required literal, but no anchor begins here
+            tried.append(index)
+        return tried
+
+    def _rarity(self, group: Collection[int]) -> tuple[int, int]:
+        """How rare a required literal group likely is: its shortest literal's length,
+        then fewer alternatives."""
+        return min(int(self._lengths[literal]) for literal in group), -len(group)
 
     def _character_places(self, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(literal number, place) of each one-character literal in a text of these code
