@@ -17,6 +17,7 @@ from worker.scoring_suites import ScoringSuites
 from worker.stream import ScorestreamApp
 from worker.suites.alignment.embedding_model import HashingEmbedder
 from worker.suites.alignment.scoring import SessionState
+from worker.suites.alignment.streaming import ALIGNMENT_TURN
 from worker.suites.base import CaseScorer
 from worker.suites.safe.spec import case_scorer as safe_case_scorer
 
@@ -340,7 +341,8 @@ async def test_an_alignment_turn_past_the_scoring_deadline_is_a_dead_letter() ->
     assert pool.more_factories is not None
     built = pool.more_factories()
     pool.more_factories = lambda: {
-        name: partial(spinning_turn_scorer, factory) for name, factory in built.items()
+        name: partial(spinning_turn_scorer, factory) if name == ALIGNMENT_TURN else factory
+        for name, factory in built.items()
     }
     try:
         await harness.through_sessions(

@@ -224,8 +224,9 @@ class ScoringPool:
     async def score_records(self, records: Sequence[RecordTask]) -> list[Outcome]:
         """Take input records from their raw bytes to their results' bytes in the children
         (`scored_records.score_record`), each within the deadline (order kept): `scored`
-        is a `ScoredRecord`, or `NOT_A_CASE` for a record the caller handles itself;
-        otherwise the dead-letter reason (a rejected record's, `scoring_timeout`, ...).
+        is a `ScoredRecord`, a `SessionRecord` for a record to forward to the session
+        stage (`NOT_A_CASE` or `EarlyTurns` when the caller decodes it itself); otherwise
+        the dead-letter reason (a rejected record's, `scoring_timeout`, ...).
         Never raises for one record's sake (as `score`)."""
         return await self._run(records, [len(task[0]) for task in records], _RECORDS)
 

@@ -13,6 +13,8 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
+import orjson
+
 from schemas.outputs import Versions
 from worker.config import Settings
 from worker.gates.early import EarlyTurns, early_key, early_share
@@ -25,16 +27,42 @@ from worker.input.records import (
 from worker.input.rejections import UNKNOWN_SUITE, Rejected
 from worker.input.unknown_fields import unknown_fields, with_unknown_fields
 from worker.suites import registry
-from worker.suites.base import Scored
+from worker.suites.base import Scored, forward_key
 
 # What the event loop hands over per record: (raw value, received at (epoch seconds),
 # (topic, partition, offset, record timestamp or None), the offset of the stage's clock
 # from the wall clock (seconds; `scored_at` is taken by the stage's clock)).
 RecordTask = tuple[bytes, float, tuple[str, int, int, float | None], float]
 
-# A record of the suite that keeps sessions (a turn, or a whole session): the stage
-# decodes and forwards it itself.
+# A record of the suite that keeps sessions (a turn, or a whole session) when the
+# scoring process has no forwarder for it: the stage decodes and forwards it itself.
 NOT_A_CASE = "not_a_case"
+
+
+class SessionRecord(NamedTuple):
+    """A record of the suite that keeps sessions as its scoring process read it: what the
+    score stage needs to forward it to the session stage without decoding it again (its
+    session, its event time in epoch seconds, and what the early folds read of it:
+    `model`, `labels`, `case`: id, kind, model, trace id), with the early sample's
+    `EarlyTurns` (None: no early gate)."""
+
+    session_id: str
+    event_time: float
+    model: str | None
+    labels: Mapping[str, str]
+    case: tuple[str, str, str | None, str | None]
+    early: EarlyTurns | None
+
+
+def session_message(
+    raw: bytes, source: tuple[str, int, int], event_time: float, received: float
+) -> bytes:
+    """The session stage's message of a record of the suite that keeps sessions: the
+    input record as it came (`raw`, which decoded as a JSON object), where it was read
+    and its event and receive times. The record is not written again: its bytes are
+    put in the message as they are."""
+    head = orjson.dumps({"source": list(source), "event_time": event_time, "received": received})
+    return b"".join((head[:-1], b',"record":', raw, b"}"))
 
 
 class ResultFrame(NamedTuple):
@@ -114,9 +142,10 @@ def score_record(
     settings: Settings,
     scorers: Mapping[str, Callable[..., Any]],
     versions: dict[str, Versions],
-) -> ScoredRecord | EarlyTurns | str:
-    """The result of one input record, or for a record of the session suite `NOT_A_CASE`
-    (or `EarlyTurns`, when the suite has an early judge and gates it can serve); raises
+) -> ScoredRecord | SessionRecord | EarlyTurns | str:
+    """The result of one input record, or for a record of the session suite its
+    `SessionRecord` (without a forwarder: `NOT_A_CASE`, or `EarlyTurns` when the suite
+    has an early judge and gates it can serve); raises
     `Rejected` with the reason a dead letter gives (the same checks, in the same order,
     as the stage made before)."""
     raw, received, (topic, partition, offset, timestamp), clock_offset = task
@@ -136,7 +165,19 @@ def score_record(
         # the stage forwards it; a sample is judged here first (`worker.gates.early`)
         judge = scorers.get(early_key(record.suite))
         share = early_share(settings)
-        return NOT_A_CASE if judge is None or not share else judge(record, share)
+        early = None if judge is None or not share else judge(record, share)
+        forwarder = scorers.get(forward_key(record.suite))
+        if forwarder is None:
+            return NOT_A_CASE if early is None else early
+        kind = "session" if hasattr(record.payload, "turns") else "turn"
+        return SessionRecord(
+            session_id=forwarder(record),
+            event_time=event_time.timestamp(),
+            model=record.model,
+            labels=record.labels,
+            case=(record.id, kind, record.model, record.trace_id),
+            early=early,
+        )
     scorer = scorers.get(record.suite)
     if scorer is None:
         raise Rejected(UNKNOWN_SUITE, f"suite {record.suite!r} is not scored case by case")
@@ -164,26 +205,34 @@ def judge_samples(scored: list[Any], scorers: Mapping[str, Callable[..., Any]]) 
     """`scored` (a chunk's `score_record` answers) with the sampled records' turns judged
     together, by their suite's early judge (its `judge`: one classifier pass for the
     chunk, not one per turn); a record with a turn that could not be judged is not."""
-    pending = [
-        (index, answer)
-        for index, answer in enumerate(scored)
-        if isinstance(answer, EarlyTurns) and answer.pending
-    ]
+    pending: list[tuple[int, EarlyTurns]] = []
+    for index, answer in enumerate(scored):
+        early = _early_of(answer)
+        if early is not None and early.pending:
+            pending.append((index, early))
     if not pending:
         return scored
     session_suite = registry.session_suite()
     judge: Any = None if session_suite is None else scorers.get(early_key(session_suite.name))
     out = list(scored)
-    items = [item for _, answer in pending for item in answer.pending or ()]
+    items = [item for _, early in pending for item in early.pending or ()]
     judged = judge.judge(items) if judge is not None else [None] * len(items)
     cursor = 0
-    for index, answer in pending:
-        count = len(answer.pending or ())
+    for index, early in pending:
+        count = len(early.pending or ())
         scores = judged[cursor : cursor + count]
         cursor += count
         complete = [score for score in scores if score is not None]
-        out[index] = EarlyTurns(answer.turns, complete if len(complete) == count else None)
+        done = EarlyTurns(early.turns, complete if len(complete) == count else None)
+        answer = out[index]
+        out[index] = answer._replace(early=done) if isinstance(answer, SessionRecord) else done
     return out
+
+
+def _early_of(answer: Any) -> EarlyTurns | None:
+    if isinstance(answer, SessionRecord):
+        return answer.early
+    return answer if isinstance(answer, EarlyTurns) else None
 
 
 __all__ = [
@@ -193,8 +242,10 @@ __all__ = [
     "RecordTask",
     "ResultFrame",
     "ScoredRecord",
+    "SessionRecord",
     "frame_result_json",
     "judge_samples",
     "score_record",
+    "session_message",
     "suite_versions",
 ]

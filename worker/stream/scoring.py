@@ -14,7 +14,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Coroutine, MutableMapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, NamedTuple, TypeVar
 
 import orjson
@@ -24,7 +24,13 @@ from worker import aggregation
 from worker.gates.early import EarlyFolds, EarlyTurns, early_gates, early_share
 from worker.input import records as input_records
 from worker.input.result_facts import ResultView, result_facts
-from worker.input.scored_records import NOT_A_CASE, RecordTask, ScoredRecord
+from worker.input.scored_records import (
+    NOT_A_CASE,
+    RecordTask,
+    ScoredRecord,
+    SessionRecord,
+    session_message,
+)
 from worker.scoring_pool import CHUNK_RECORDS, Outcome
 from worker.stream.context import (
     StreamContext,
@@ -357,7 +363,12 @@ class ScoreStage:
                 raise RuntimeError(f"a {record.suite} record came back from the scoring pool")
             self.context.suites.check_session(record.payload)
             await self._forward_turn(
-                record, sessions.session_id(record.payload), source, received, event_time, batch
+                event.value,
+                sessions.session_id(record.payload),
+                source,
+                received,
+                event_time.timestamp(),
+                batch,
             )
             if early is not None and self.early is not None:
                 segments = aggregation.segments_for(
@@ -377,9 +388,11 @@ class ScoreStage:
     async def _finish(
         self, case: _Pending, outcome: Outcome, batch: Contributions | None = None
     ) -> datetime | None:
-        """Publish a scored record, hand back one that is not a case (a session turn),
-        or dead-letter it with the reason it was not scored."""
+        """Publish a scored record, forward a session suite's record to the session
+        stage, or dead-letter it with the reason it was not scored."""
         event, source, scored = case.event, case.source, outcome.scored
+        if isinstance(scored, SessionRecord):
+            return await self._forward(case, scored, batch)
         if isinstance(scored, EarlyTurns):
             return await self._decode_here(event, source, case.received, scored, batch)
         if scored == NOT_A_CASE:
@@ -410,24 +423,39 @@ class ScoreStage:
             event.value, key, reason, message, source, self.context.now()
         )
 
+    async def _forward(
+        self, case: _Pending, read: SessionRecord, batch: Contributions | None = None
+    ) -> datetime | None:
+        """Hand a session suite's record, as its scoring process read it, to the session
+        stage (with `batch`'s results, when there is one), and count it for the early
+        gates; its event time."""
+        event, source = case.event, case.source
+        try:
+            await self._forward_turn(
+                event.value, read.session_id, source, case.received, read.event_time, batch
+            )
+        except OutputTooLarge as exc:
+            await self._dead_letter(event, input_records.OUTPUT_TOO_LARGE, str(exc), source)
+            return None
+        if read.early is not None and self.early is not None:
+            segments = aggregation.segments_for(read.model, read.labels, self.settings.segment_by)
+            self.early.add(segments, read.event_time, read.early, read.case)
+        return datetime.fromtimestamp(read.event_time, UTC)
+
     async def _forward_turn(
         self,
-        record: Any,
+        raw: bytes,
         session_id: str,
         source: input_records.SourcePosition,
         received: datetime,
-        event_time: datetime,
+        event_time: float,
         batch: Contributions | None = None,
     ) -> None:
-        """Hand a session suite's record to the session stage, keyed by its session (with
-        `batch`'s results, when there is one)."""
-        envelope = {
-            "record": record.model_dump(mode="json", by_alias=True),
-            "source": [source.topic, source.partition, source.offset],
-            "event_time": event_time.timestamp(),
-            "received": received.timestamp(),
-        }
-        await self.publisher.turn(session_id, orjson.dumps(envelope), batch)
+        """Hand a session suite's record (`raw`: its bytes, which decoded) to the session
+        stage, keyed by its session (with `batch`'s results, when there is one)."""
+        position = (source.topic, source.partition, source.offset)
+        value = session_message(raw, position, event_time, received.timestamp())
+        await self.publisher.turn(session_id, value, batch)
 
     # ---------------------------------------------------------------- progress
 

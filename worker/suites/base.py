@@ -299,9 +299,19 @@ class SessionSuite(Protocol):
         ...
 
     def pool_factories(self) -> dict[str, Callable[[Any], Callable[[Any], Any]]]:
-        """The scoring pool's turn scorer factory (`pool_scorer`: section in, scorer out),
-        carrying what needed the encoder."""
+        """The scoring pool's factories (section in, scorer out): the turn scorer
+        (`pool_scorer`), carrying what needed the encoder; the forwarder (`forward_key`),
+        which does `check` and `session_id` in the scoring processes; the early judge
+        (`worker.gates.early.early_key`), when it has one."""
         ...
+
+
+def forward_key(suite: str) -> str:
+    """The scoring pool's name of the forwarder of `suite` (the suite that keeps
+    sessions; `SessionSuite.pool_factories`): called with a decoded record, it returns
+    the record's session id, or raises `Rejected` as `SessionSuite.check` does, so a
+    scoring process can hand the score stage the record ready to forward."""
+    return f"{suite}:forward"
 
 
 # A streaming case scorer: one payload in, one `Scored` out (raises `Rejected`).

@@ -39,7 +39,7 @@ from worker.suites.alignment.scoring import (
 )
 from worker.suites.alignment.settings import AlignmentSettings
 from worker.suites.alignment.trait_model import TraitClassifier
-from worker.suites.base import Scored, SessionTiming, TurnInput
+from worker.suites.base import Scored, SessionTiming, TurnInput, forward_key
 
 if TYPE_CHECKING:  # scikit-learn is imported only where the classifier is used
     from worker.suites.alignment.judge_client import SafetyJudge
@@ -52,6 +52,7 @@ log = logging.getLogger("scorestream")
 ALIGNMENT_TURN = "alignment:turn"
 # And for the score stage's sample of records judged early (`worker.gates.early`).
 ALIGNMENT_EARLY = early_key("alignment")
+ALIGNMENT_FORWARD = forward_key("alignment")
 
 
 class AlignmentSessions:
@@ -109,8 +110,7 @@ class AlignmentSessions:
 
     def check_persona(self, persona_id: str) -> None:
         if persona_id not in self.personas:
-            known = ", ".join(self.personas.ids())
-            raise Rejected(UNKNOWN_PERSONA, f"unknown persona {persona_id!r} (known: {known})")
+            raise unknown_persona(persona_id, self.personas.ids())
 
     # ------------------------------------------------------------ sessions
 
@@ -219,7 +219,8 @@ class AlignmentSessions:
         """The scoring pool's scorer of alignment turns (`ALIGNMENT_TURN`), carrying the
         personas' example vectors and the trait classifier (what needs the embedder):
         the child loads the rest (personas, safety patterns) from the section; and the
-        judge of the score stage's early sample (`ALIGNMENT_EARLY`)."""
+        judge of the score stage's early sample (`ALIGNMENT_EARLY`); and the forwarder
+        (`ALIGNMENT_FORWARD`), which knows the personas' ids."""
         embedded = {persona_id: self.personas.get(persona_id) for persona_id in self.personas.ids()}
         vectors = {pid: persona.example_vectors for pid, persona in embedded.items()}
         classifiers = {pid: persona.trait_classifier for pid, persona in embedded.items()}
@@ -227,6 +228,7 @@ class AlignmentSessions:
         return {
             ALIGNMENT_TURN: partial(alignment_turn_scorer, vectors, classifiers, safety),
             ALIGNMENT_EARLY: partial(alignment_early_judge, safety),
+            ALIGNMENT_FORWARD: partial(AlignmentForwarder.for_section, tuple(embedded)),
         }
 
 
@@ -281,6 +283,32 @@ def alignment_early_judge(
     """The judge of the score stage's sample (`ALIGNMENT_EARLY`): each turn's safety
     alone, as a turn sampled out of embedding gets it."""
     return AlignmentEarlyJudge(alignment_turn_scorer({}, {}, safety, settings))
+
+
+def unknown_persona(persona_id: str, known: Sequence[str]) -> Rejected:
+    """The rejection of a record whose persona is not configured."""
+    listed = ", ".join(known)
+    return Rejected(UNKNOWN_PERSONA, f"unknown persona {persona_id!r} (known: {listed})")
+
+
+class AlignmentForwarder:
+    """The scoring processes' `SessionSuite.check` and `session_id` of an alignment
+    record (`ALIGNMENT_FORWARD`), so that the score stage forwards it without decoding
+    it again."""
+
+    def __init__(self, persona_ids: Sequence[str]) -> None:
+        self.persona_ids = list(persona_ids)
+        self._known = frozenset(persona_ids)
+
+    @classmethod
+    def for_section(cls, persona_ids: Sequence[str], _: AlignmentSettings) -> AlignmentForwarder:
+        return cls(persona_ids)
+
+    def __call__(self, record: AlignmentRecord) -> str:
+        persona_id = record.payload.persona_id
+        if persona_id not in self._known:
+            raise unknown_persona(persona_id, self.persona_ids)
+        return record.payload.session_id
 
 
 class AlignmentEarlyJudge:
