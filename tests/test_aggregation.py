@@ -346,6 +346,25 @@ def test_merging_into_a_state_equals_merge_and_leaves_the_other_side_alone(
     assert right == right_before  # nothing of the other side was taken over by reference
 
 
+@settings(max_examples=80, deadline=None)
+@given(results=result_lists(), data=st.data())
+def test_an_interim_aggregate_from_the_summary_merge_is_the_one_from_the_full_merge(
+    results: list[CaseResult], data: st.DataObject
+) -> None:
+    """The window stage merges only `SUMMARY_FIELDS` for an interim aggregate: whatever
+    the panes, the message is the one the full merge gives, and the panes are unchanged."""
+    panes = [fold(part, data.draw(st.integers(1, 6))) for part in any_split(results, data)]
+    before = copy.deepcopy(panes)
+    empty = agg.initialise("extraction", {"model": "m"}, WINDOW, 4)
+    summary = agg.merge_panes(empty, panes, FAKE, agg.SUMMARY_FIELDS)
+    full = agg.merge_panes(empty, panes, FAKE)
+    interim = agg.to_message(summary, False, NOW, FAKE, confidence_intervals=False)
+    expected = agg.to_message(full, False, NOW, FAKE, confidence_intervals=False)
+    assert interim.model_dump() == expected.model_dump()
+    assert panes == before
+    assert summary["samples"] == {} and summary["worst"] == {}  # what it skipped
+
+
 def test_ci_of_a_window_larger_than_its_reservoir_matches_the_full_bootstrap() -> None:
     """A sampled window's CI is close to the CI from every value, and holds the mean."""
     import random

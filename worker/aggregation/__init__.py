@@ -25,6 +25,7 @@ from worker.aggregation.keys import (
 )
 from worker.aggregation.message import metric_summary, pass_rate, to_message
 from worker.aggregation.state import (
+    SUMMARY_FIELDS,
     initialise,
     merge,
     merge_into,
@@ -40,6 +41,7 @@ __all__ = [
     "ALL_CASES",
     "DEFAULT_RESERVOIR_SIZE",
     "DEFAULT_WORST_K",
+    "SUMMARY_FIELDS",
     "aggregate_key",
     "drilldown_metrics",
     "format_window_start",

@@ -126,6 +126,11 @@ FIELDS: dict[str, Field] = {
         lambda value: {m: [list(entry) for entry in entries] for m, entries in value.items()},
     ),
 }
+# The fields an interim aggregate reads (`aggregation.to_message` without confidence
+# intervals or worst cases): a window's summary merges only these.
+SUMMARY_FIELDS: frozenset[str] = frozenset(
+    {"count", "moments", "label_counts", "grade_counts", "suite_state"}
+)
 # Settings of the window, not figures: a merge keeps the larger.
 SIZES: dict[str, int] = {
     "reservoir_size": DEFAULT_RESERVOIR_SIZE,
@@ -238,16 +243,24 @@ def _check_mergeable(left: State, right: State) -> None:
         raise ValueError("cannot merge the states of different windows or segments")
 
 
-def merge_into(target: State, other: State, aggregator: SuiteAggregator | None) -> State:
+def merge_into(
+    target: State,
+    other: State,
+    aggregator: SuiteAggregator | None,
+    fields: frozenset[str] | None = None,
+) -> State:
     """The state of the union of two disjoint sets of results of the same window, written
     into `target` (which is returned); `other` is left as it was and shares nothing with
     the result. For a caller that owns `target` (the window store taking a fold into a
-    pane, or adding up a window's panes)."""
+    pane, or adding up a window's panes). With `fields`, only those are merged and the
+    others keep `target`'s values (a summary: `SUMMARY_FIELDS`)."""
     _check_mergeable(target, other)
     for name, default in SIZES.items():
         target[name] = max(int(target.get(name, default)), int(other.get(name, default)))
     context = _MergeContext(target["reservoir_size"], target["worst_k"], aggregator)
     for name, field in FIELDS.items():
+        if fields is not None and name not in fields:
+            continue
         mine, theirs = target.get(name), other.get(name)  # absent in older states: empty
         target[name] = field.combine(
             field.empty() if mine is None else mine,
@@ -263,14 +276,21 @@ def merge(left: State, right: State, aggregator: SuiteAggregator | None) -> Stat
     return merge_into(copy_state(left), right, aggregator)
 
 
-def merge_panes(empty: State, panes: Sequence[State], aggregator: SuiteAggregator | None) -> State:
+def merge_panes(
+    empty: State,
+    panes: Sequence[State],
+    aggregator: SuiteAggregator | None,
+    fields: frozenset[str] | None = None,
+) -> State:
     """A window's state: its pane states merged into a copy of its `empty` state
-    (`initialise`); the result shares nothing with either."""
+    (`initialise`); the result shares nothing with either. With `fields` (`SUMMARY_FIELDS`
+    for an interim aggregate), only those are merged: the rest stay empty, so such a
+    summary is for a message without confidence intervals or worst cases, never stored."""
     merged = copy_state(empty)
     for stored in panes:
         pane = copy.copy(stored)
         pane["window"] = merged["window"]
-        merged = merge_into(merged, pane, aggregator)
+        merged = merge_into(merged, pane, aggregator, fields)
     return merged
 
 
@@ -298,6 +318,7 @@ def compact(state: State) -> State:
 __all__ = [
     "FIELDS",
     "STATE_VERSION",
+    "SUMMARY_FIELDS",
     "Field",
     "compact",
     "copy_state",

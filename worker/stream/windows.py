@@ -221,7 +221,7 @@ class WindowStage:
         if now - self.last_interim.get(partition, 0.0) >= self.settings.aggregate_emit_interval:
             self.last_interim[partition] = now
             for emission in self.store.pending(partition):
-                await self._publish(emission, self._message(emission.state, False), partition)
+                await self._publish(emission, self._message(emission.summary, False), partition)
 
     def _message(self, state: State, final: bool) -> Aggregate:
         """A window's aggregate built here (an interim one has no bootstrap interval)."""

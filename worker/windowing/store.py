@@ -105,6 +105,15 @@ class Emission:
     def state(self) -> State:
         return aggregation.merge_panes(self.empty, self.panes, self.aggregator)
 
+    @cached_property
+    def summary(self) -> State:
+        """What an interim aggregate reads of `state` (`aggregation.SUMMARY_FIELDS`:
+        counts, moments, the suite's figures), merged without the samples, worst cases
+        and dedupe marks, which cost most of a merge and only a final reads."""
+        return aggregation.merge_panes(
+            self.empty, self.panes, self.aggregator, aggregation.SUMMARY_FIELDS
+        )
+
 
 def _step(config: WindowConfig) -> float:
     return float(config.step) if config.step is not None else float(config.size)
@@ -331,7 +340,8 @@ class WindowStore:
         return self._close_due(partition, merged)
 
     def pending(self, partition: int) -> list[Emission]:
-        """Interim emissions of the newest open window of each pane changed since last time."""
+        """Interim emissions of the newest open window of each pane changed since last time,
+        each with its `summary` merged now (its full `state` only when read)."""
         due: dict[str, tuple[str, WindowConfig, float]] = {}
         for series_key, starts in self._index(partition).items():
             series = self._get(series_key)
@@ -356,7 +366,9 @@ class WindowStore:
         emissions = []
         for key in sorted(due):
             series_key, config, start = due[key]
-            emissions.append(self._emission(series_key, config, start, key, final=False))
+            emission = self._emission(series_key, config, start, key, final=False, merged=False)
+            _ = emission.summary  # the panes as they are now
+            emissions.append(emission)
         return emissions
 
     def open_windows(self, partition: int) -> list[WindowKey]:
