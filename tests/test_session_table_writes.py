@@ -39,8 +39,7 @@ class CountingTable(dict[str, Any]):
         super().__setitem__(key, value)
 
 
-@pytest.fixture
-def pipeline() -> Any:
+def alignment_pipeline() -> Pipeline:
     built = Pipeline(input_partitions=1)
     context = built.context
     context.scoring_pool.close()
@@ -48,6 +47,12 @@ def pipeline() -> Any:
         context.settings, start_method="fork", more_factories=context.suites.pool_factories
     )  # alignment turns are scored in the pool too
     built.sessions.sessions = CountingTable(lambda: session_results(built))
+    return built
+
+
+@pytest.fixture
+def pipeline() -> Any:
+    built = alignment_pipeline()
     yield built
     built.close()
 
@@ -131,6 +136,27 @@ async def test_a_session_closed_idle_is_written_closed_after_its_result(
     table = table_of(pipeline)
     assert table["s3"]["closed"] is True
     assert table.closed_after["s3"] == ["session:s3"]
+
+
+async def test_a_session_a_rebalance_hands_over_still_closes_idle(pipeline: Pipeline) -> None:
+    """The stage finds idle sessions by the deadlines of the entries it wrote; those a
+    rebalance brings (Faust's recovery writes the table itself) count after `forget`."""
+    previous = alignment_pipeline()  # the partition's owner before the rebalance
+    try:
+        await previous.batch(*(turn(previous, "s5", index, False) for index in range(2)))
+    finally:
+        previous.close()
+    await pipeline.batch(turn(pipeline, "s6", 0, False))  # running before it: deadlines built
+    dict.update(table_of(pipeline), table_of(previous))  # recovered, not written by the stage
+    pipeline.sessions.forget()  # what the app does when the tables are recovered
+
+    await pipeline.batch(turn(pipeline, "s6", 1, False, at=T0 + 60))
+    await pipeline.batch(turn(pipeline, "s6", 2, False, at=T0 + 60))
+
+    (scored,) = session_results(pipeline)
+    assert scored["id"] == "session:s5"
+    assert scored["details"]["turn_indices"] == [0, 1]
+    assert table_of(pipeline)["s5"]["closed"] is True
 
 
 async def test_a_turn_result_the_child_writes_carries_the_records_fields(

@@ -37,6 +37,7 @@ from worker.stream.scoring import observe, observe_all
 from worker.suites import registry
 from worker.suites.base import SessionSuite, TurnInput
 from worker.windowing.event_time import INPUT_GROUP, SESSION_GROUP, Marker, Watermark
+from worker.windowing.session_deadlines import SessionDeadlines
 
 log = logging.getLogger("scorestream")
 
@@ -79,6 +80,8 @@ class SessionStage:
         # Event time: this stage's watermarks and the session windows on them.
         self.progress = context.event_time.stage(progress, PROGRESS_PREFIX, {INPUT_GROUP: 0})
         self.session_windows = context.event_time.sessions(self.timing.idle_timeout)
+        # Which sessions each partition's watermark reached: every table write is noted.
+        self.deadlines = SessionDeadlines(self.session_windows)
         self._forward: dict[int, Marker] = {}  # partition -> watermark to pass on
         self.executor = executor
         self.judge = self.hooks.make_judge(context.telemetry.record_judge_error)
@@ -96,8 +99,9 @@ class SessionStage:
         self._observed: list[tuple[ResultView, float]] = []
 
     def forget(self) -> None:
-        """Drop cached watermarks after a rebalance (the table has them)."""
+        """Drop cached watermarks and deadlines after a rebalance (the tables have them)."""
         self.progress.forget()
+        self.deadlines.forget()
         self.active_since = None
 
     # ---------------------------------------------------------------- batches
@@ -206,6 +210,7 @@ class SessionStage:
         for session_id, (entry, event) in self._changed.items():
             with event_context(event):  # a table write goes to the event's partition
                 self.sessions[session_id] = entry
+            self.deadlines.note(session_id, entry)
         self._changed.clear()
 
     def _store(self, session_id: str, entry: dict[str, Any], event: EventT) -> None:
@@ -215,6 +220,7 @@ class SessionStage:
             self._changed[session_id] = (entry, event)
         else:
             self.sessions[session_id] = entry
+            self.deadlines.note(session_id, entry)
 
     async def _apply_messages(
         self,
@@ -364,16 +370,11 @@ class SessionStage:
         (`SessionWindows`)."""
         partition = event.message.partition
         rule = self.session_windows
-        for session_id, stored in list(self.sessions.items()):
-            if stored.get("partition") != partition:
-                continue
+        for session_id, stored in self.deadlines.due(partition, watermark, self.sessions):
             if stored.get("closed"):
-                if rule.tombstone_expired(float(stored["at"]), watermark):
-                    del self.sessions[session_id]  # the tombstone of a closed session
+                del self.sessions[session_id]  # the tombstone of a closed session
                 continue
-            idle_at = rule.idle_close(float(stored["ts"]), watermark)
-            if idle_at is None:
-                continue
+            idle_at = rule.closes_at(float(stored["ts"]))
             try:
                 state = self.hooks.restore(stored["state"])
                 closed_at = datetime.fromtimestamp(idle_at, UTC)
