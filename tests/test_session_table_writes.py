@@ -159,6 +159,52 @@ async def test_a_session_a_rebalance_hands_over_still_closes_idle(pipeline: Pipe
     assert table_of(pipeline)["s5"]["closed"] is True
 
 
+async def restoring_counted(pipeline: Pipeline, live_sessions: int) -> tuple[list[Any], int]:
+    """A 6-turn session over three micro-batches, its table entry replaced by an equal one
+    before the last (as a recovery writes it): its session result, and how often the
+    stage restored its state from the table. `live_sessions`: how many live states the
+    stage may keep between micro-batches."""
+    stage = pipeline.sessions
+    restored = 0
+    restore = stage.hooks.restore
+
+    def counted(stored: Any) -> Any:
+        nonlocal restored
+        restored += 1
+        return restore(stored)
+
+    stage.hooks.restore = counted  # type: ignore[method-assign]
+    for first in (0, 2):
+        await pipeline.batch(*(turn(pipeline, "s8", index, False) for index in (first, first + 1)))
+        while len(stage._live) > live_sessions:
+            stage._live.pop(next(iter(stage._live)))
+    table = table_of(pipeline)
+    dict.__setitem__(table, "s8", orjson.loads(orjson.dumps(table["s8"])))
+    await pipeline.batch(*(turn(pipeline, "s8", index, index == 5) for index in (4, 5)))
+    return session_results(pipeline), restored
+
+
+async def test_a_sessions_next_turn_takes_its_live_state_not_the_tables_same_result(
+    pipeline: Pipeline,
+) -> None:
+    """Restoring a session's state from its entry costs all its turns so far, at every
+    turn: the stage keeps the state it wrote, and takes it while the table still holds
+    that very entry; the session scores the same either way."""
+    kept, restored = await restoring_counted(pipeline, live_sessions=1)
+    assert restored == 1  # the replaced entry only
+    again = alignment_pipeline()
+    try:
+        fresh, restored_always = await restoring_counted(again, live_sessions=0)
+    finally:
+        again.close()
+    assert restored_always == 2  # the first turn of each later micro-batch
+    volatile = {"scored_at", "latency_ms"}
+    assert [{k: v for k, v in r.items() if k not in volatile} for r in kept] == [
+        {k: v for k, v in r.items() if k not in volatile} for r in fresh
+    ]
+    assert kept[0]["details"]["turn_indices"] == [0, 1, 2, 3, 4, 5]
+
+
 async def test_a_turn_result_the_child_writes_carries_the_records_fields(
     pipeline: Pipeline,
 ) -> None:

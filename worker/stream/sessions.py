@@ -42,6 +42,8 @@ from worker.windowing.session_deadlines import SessionDeadlines
 log = logging.getLogger("scorestream")
 
 PROGRESS_PREFIX = "sess"  # progress["sess|{p}"]: the partition's watermark
+# Open sessions whose live state the stage keeps beside the table (`_state_of`).
+LIVE_SESSIONS = 4096
 EMBEDDING_CHUNK = 64  # texts per executor call (bench/stream.py: 1.25x the turns/s of 16)
 
 
@@ -97,11 +99,15 @@ class SessionStage:
         self._changed: dict[str, tuple[dict[str, Any], EventT]] = {}
         # The chunk's turn results and their scoring times, for the telemetry at its end.
         self._observed: list[tuple[ResultView, float]] = []
+        # The live state of recently written open sessions, with the entry it was dumped
+        # into, oldest first (`_state_of`).
+        self._live: dict[str, tuple[dict[str, Any], Any]] = {}
 
     def forget(self) -> None:
         """Drop cached watermarks and deadlines after a rebalance (the tables have them)."""
         self.progress.forget()
         self.deadlines.forget()
+        self._live.clear()
         self.active_since = None
 
     # ---------------------------------------------------------------- batches
@@ -376,7 +382,7 @@ class SessionStage:
                 continue
             idle_at = rule.closes_at(float(stored["ts"]))
             try:
-                state = self.hooks.restore(stored["state"])
+                state = self._state_of(session_id, stored)
                 closed_at = datetime.fromtimestamp(idle_at, UTC)
                 await self.close_session(state, closed_at, stored["model"], stored["labels"])
             except Exception:  # a session that cannot be scored must not stop the stage
@@ -461,7 +467,7 @@ class SessionStage:
             # the same key (idempotent for consumers); the session is not reopened.
             await self._emit_turn(context, context.record.id, _turn_score(scored), 0.0)
             return
-        state = hooks.restore(stored["state"]) if stored else hooks.open(payload)
+        state = self._state_of(session_id, stored) if stored else hooks.open(payload)
         hooks.check_turn(state, payload)
         answer = _turn_score(scored)
         await self._emit_turn(context, context.record.id, answer, scored.seconds)
@@ -487,6 +493,19 @@ class SessionStage:
             await self.close_session(state, closed_at, meta["model"], meta["labels"], at_cap=at_cap)
             return
         self._store(session_id, entry, event)
+        self._live[session_id] = (entry, state)
+        if len(self._live) > LIVE_SESSIONS:
+            del self._live[next(iter(self._live))]
+
+    def _state_of(self, session_id: str, stored: dict[str, Any]) -> Any:
+        """The state of a session whose entry is `stored`: the live state that was dumped
+        into that very entry, else restored from it (a cost of the session's turns so
+        far, at every turn). Taken out of the live states: a turn that fails half-way
+        leaves none behind that the table does not hold."""
+        live = self._live.pop(session_id, None)
+        if live is not None and live[0] is stored:
+            return live[1]
+        return self.hooks.restore(stored["state"])
 
     async def _emit_turn(
         self,
