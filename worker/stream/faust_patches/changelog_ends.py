@@ -44,8 +44,8 @@ async def fetched_highwaters(
     Each partition listed with records is fetched at its last listed offset, and then at
     the last offset of the high watermark the fetch reports, until a fetch returns that
     record; that high watermark is the end. A partition whose fetch reports an end but
-    not the record before it (Tansu, after writes failed while its topics were gone,
-    listed ends of 10 and served no record below them) is read from its start, and ends
+    not the record before it (how a recovery on Tansu that waited forever once looked
+    from outside: ends of 10, and no record came) is read from its start, and ends
     after the last record that came within `quiet` seconds: recovery reads exactly that
     far. Partitions listed empty are left as they are. `consumer`: an unstarted
     `AIOKafkaConsumer`-like client (tests); by default one on `bootstrap`."""
