@@ -1,5 +1,6 @@
 """`take_batches`: a marker that closes a window ends the window stage's micro-batch at
-once instead of waiting out `aggregate_batch_wait`; otherwise batches behave as Faust's
+once instead of waiting out `aggregate_batch_wait`, with the events already waiting behind
+it (a backlog is not cut into a batch per marker); otherwise batches behave as Faust's
 `take_events` (full or timed out, acknowledged only after they were processed).
 
 The stream is a stand-in with the hooks `take_events` uses (processors run in the
@@ -24,6 +25,20 @@ class Event:
 
 
 @dataclass
+class Channel:
+    """A Faust channel as the batcher sees it: its buffer, iterated by the drain."""
+
+    queue: asyncio.Queue[str]
+
+    def __aiter__(self) -> AsyncIterator[str]:
+        return self._values()
+
+    async def _values(self) -> AsyncIterator[str]:
+        while True:
+            yield await self.queue.get()
+
+
+@dataclass
 class Stream:
     """Feeds queued values through its processors, as a Faust stream's passive drain."""
 
@@ -37,12 +52,8 @@ class Stream:
     drain: asyncio.Task[None] | None = None
 
     @property
-    def channel(self) -> AsyncIterator[str]:
-        return self._values()
-
-    async def _values(self) -> AsyncIterator[str]:
-        while True:
-            yield await self.queue.get()
+    def channel(self) -> Channel:
+        return Channel(self.queue)
 
     def add_processor(self, processor: Any) -> None:
         self._processors.append(processor)
@@ -50,6 +61,7 @@ class Stream:
     def _enable_passive(self, channel: AsyncIterator[str]) -> None:
         async def run() -> None:
             async for value in channel:
+                await asyncio.sleep(0)  # a Faust stream may yield between events
                 self.current_event = Event(value)
                 self.drained.append(value)
                 for processor in list(self._processors):
@@ -132,6 +144,34 @@ async def test_without_a_marker_a_batch_ends_when_full_or_after_its_wait() -> No
     ]
     assert batches[2][1] >= 0.3
     assert stream.acked == [f"fold-{index}" for index in range(7)]
+    task.cancel()
+    assert stream.drain is not None
+    stream.drain.cancel()
+
+
+async def test_a_marker_takes_the_events_already_waiting_behind_it_up_to_the_size() -> None:
+    """A worker catching up meets a closing marker after nearly every score batch: what
+    already waits in the buffer joins its batch (one table write per pane, not one per
+    marker), up to the batch size, and the batch still goes without waiting `within`."""
+    stream = Stream()
+    batches: list[tuple[list[str], float, list[str]]] = []
+    backlog = [f"{kind}-{index}" for index in range(4) for kind in ("fold", "marker")]
+    for value in backlog:
+        stream.queue.put_nowait(value)
+    task = asyncio.ensure_future(collect(stream, batches, size=6, within=5.0))
+    await asyncio.sleep(0.02)
+    assert [batch for batch, _, _ in batches] == [backlog[:6]]  # full: the size bounds it
+    await asyncio.sleep(0.1)
+    assert [batch for batch, _, _ in batches] == [backlog[:6], backlog[6:]]
+    assert all(at < 1.0 for _, at, _ in batches)  # not after `within` (5 s)
+    stream.queue.put_nowait("fold-9")  # live: nothing waits behind a marker
+    await asyncio.sleep(0.01)
+    stream.queue.put_nowait("marker-9")
+    await asyncio.sleep(0.02)
+    stream.queue.put_nowait("fold-10")  # arrives while that batch is processed
+    await asyncio.sleep(0.3)
+    assert [batch for batch, _, _ in batches][2:] == [["fold-9", "marker-9"]]
+    assert stream.acked == [*backlog, "fold-9", "marker-9"]
     task.cancel()
     assert stream.drain is not None
     stream.drain.cancel()

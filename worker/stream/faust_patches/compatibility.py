@@ -111,6 +111,8 @@ REQUIRED: tuple[Needs, ...] = (
     *_has("prompt_batches", "faust.Stream", "add_processor", "_enable_passive"),
     *_uses("prompt_batches", "faust.streams.Stream.__init__", "_processors"),
     *_has("prompt_batches", "faust.Stream", "enable_acks", "ack", "wait", "wait_for_stopped"),
+    *_has("prompt_batches", "faust.Channel", "queue"),
+    *_uses("prompt_batches", "faust.streams.Stream._py_aiter", "queue", "get_nowait"),
     *_uses(
         "prompt_batches",
         "faust.streams.Stream.take_events",
