@@ -14,7 +14,8 @@ What each module fixes (upstream issue, where one was found):
 - `record_batches`: aiokafka's per-record `send` cost; reads `_partition` (none found;
   related: aio-libs/aiokafka#216).
 - `prompt_batches`: `take_events` cannot end a batch early, so a marker that closes a
-  window waited out the window stage's batch wait (none found).
+  window waited out the window stage's batch wait (none found); reads the channel's
+  `queue` so that a backlog is not cut into a batch per marker.
 - `held_batches`: `take_events` acknowledges a batch when the next is taken, so the score
   stage could not begin the next batch while one finishes (none found).
 - `table_start`: the consumer subscribes (asks to join its group) 1 s after the table
