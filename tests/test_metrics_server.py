@@ -105,8 +105,12 @@ def test_stop_closes_the_port(telemetry: Telemetry) -> None:
     server, port = telemetry.serve(0, "127.0.0.1")
     [idle] = open_idle(port, 1, partial=False)
     telemetry.stop()
-    idle.settimeout(5)
-    assert idle.recv(16) == b""
+    idle.settimeout(5)  # a connection left open would time out here
+    try:
+        ended = idle.recv(16) == b""  # closed by the server
+    except ConnectionResetError:  # not accepted yet when the listener closed (a loaded CI)
+        ended = True
+    assert ended
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", port), timeout=1).close()
     assert server.port == port
