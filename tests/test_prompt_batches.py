@@ -16,7 +16,9 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from worker.stream.faust_patches.prompt_batches import take_batches
+import faust
+
+from worker.stream.faust_patches.prompt_batches import take_batches, waiting
 
 
 @dataclass
@@ -175,3 +177,16 @@ async def test_a_marker_takes_the_events_already_waiting_behind_it_up_to_the_siz
     task.cancel()
     assert stream.drain is not None
     stream.drain.cancel()
+
+
+async def test_waiting_reads_the_buffer_a_real_faust_stream_drains() -> None:
+    """On Faust's own objects: a stream over a topic reads the queue of the channel the
+    conductor delivers to, and `waiting` sees what is in it (no broker is contacted)."""
+    app = faust.App("prompt-batches-test", broker="kafka://127.0.0.1:9", web_enabled=False)
+    stream = app.stream(app.topic("prompt-batches-in"))
+    assert stream.channel in app.topics  # the clone the conductor fills
+    assert not waiting(stream)
+    stream.channel.queue.put_nowait("delivered")
+    assert waiting(stream)
+    stream.channel.queue.get_nowait()
+    assert not waiting(stream)
