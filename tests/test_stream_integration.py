@@ -91,6 +91,10 @@ async def test_every_case_is_scored_once_and_bad_input_is_dead_lettered(
     broker: EmbeddedBroker, tmp_path: Path
 ) -> None:
     config = make_config()
+    # Every session is asserted fully graded below: on a loaded machine the session stage
+    # can fall more than the default `max_lag` behind and score turns for safety alone
+    # (seen with two test suites running at once), which test_embedding_overload.py covers.
+    config["alignment"]["embedding"] = {"max_lag": None}
     settings = settings_of(config)
     topics = settings.topics
     safe_cases = retime(envelopes(EXAMPLES / "safe" / "envelopes.jsonl"))
