@@ -194,6 +194,12 @@ class StreamSettings(Section):
     # others begun (marked, with the children). Three against two: lower result p99 at
     # 1,500/s in four alternated pairs, at par in a backlog (README, "Latency").
     score_batches_in_hand: int = Field(default=3, ge=1)
+    # The input first: while more input records than this wait for the score stage, the
+    # session stage holds each of its micro-batches back until they are taken, for at
+    # most `input_backlog_hold` (None: never). At 2x the worker's alignment capacity the
+    # gate's delay went from 22-27 s to 4 s (worker/stream/input_backlog.py, README).
+    input_backlog: int | None = Field(default=1000, ge=0)
+    input_backlog_hold: Duration = 1.0
     # Child processes that score SAFE and extraction cases under limits.scoring_deadline.
     scoring_processes: int = Field(default=1, ge=1)
     aggregate_batch_wait: Duration = 0.2

@@ -19,6 +19,7 @@ from worker.ops.telemetry import Telemetry
 from worker.scoring_pool import ScoringPool
 from worker.scoring_suites import ScoringSuites
 from worker.stream.faust_patches.internals import current_event
+from worker.stream.input_backlog import InputBacklog
 from worker.stream.publish import Publisher
 from worker.suites import registry
 from worker.windowing.event_time import EventTime
@@ -60,6 +61,7 @@ class StreamContext:
     windows: list[WindowConfig] = field(init=False)
     pane_width: float | None = field(init=False)
     event_time: EventTime = field(init=False)
+    input_backlog: InputBacklog = field(init=False)
 
     def __post_init__(self) -> None:
         self.windows = gate_windows(self.settings)
@@ -70,6 +72,8 @@ class StreamContext:
             idle_timeout=self.settings.idle_timeout,
             heartbeat=self.settings.stream.marker_heartbeat,
         )
+        stream = self.settings.stream
+        self.input_backlog = InputBacklog(stream.input_backlog, stream.input_backlog_hold)
         sessions = registry.session_suite()
         scores_sessions = sessions is not None and self.settings.scores(sessions.name)
         self.scoring_pool = ScoringPool(

@@ -117,6 +117,7 @@ class ScoreStage:
             for partition in {event.message.partition for event in events}:
                 self._learn_fold_from(partition)
         sources = [source_position(event) for event in events]
+        self._observe_backlog(events)
         careful, event_of = self._mark_batch(events, sources)
         batch = _Batch(events, event_of, careful, Contributions(self.folding, self.fold_from))
         # The next batch fills and begins while this one finishes (live traffic too: a
@@ -138,6 +139,21 @@ class ScoreStage:
         batch.submitted = self._submit([(event, source) for _, event, source in batch.together])
         batch.marks_written = asyncio.ensure_future(self._flush_marks(list(event_of), event_of))
         return batch
+
+    def _observe_backlog(self, events: list[EventT]) -> None:
+        """Tell the input backlog how many records of each partition of the batch are
+        still waiting past it (the consumer's high watermark as last fetched)."""
+        last: dict[TP, int] = {}
+        for event in events:
+            message = event.message
+            last[message.tp] = message.offset
+        consumer = self.app.consumer
+        for tp, offset in last.items():
+            try:
+                highwater = consumer.highwater(tp)
+            except Exception:  # revoked meanwhile (a rebalance): unknown
+                highwater = None
+            self.context.input_backlog.observe(tp.partition, highwater, offset)
 
     async def finish_batch(self, batch: _Batch) -> None:
         """Finish a begun micro-batch. Its results go out as they are scored (a record
@@ -464,6 +480,7 @@ class ScoreStage:
         self.progress.forget()
         self.fold_from.clear()
         self.input_partitions = None
+        self.context.input_backlog.forget()
 
     def _learn_fold_from(self, partition: int) -> None:
         """Set `fold_from` of an input partition: the first offset no one can have

@@ -115,7 +115,9 @@ class SessionStage:
     async def agent(self, stream: Any) -> None:  # faust.Stream: take_events
         batch_size = self.settings.embedding_batch_size
         wait = self.settings.embedding_batch_wait
+        backlog = self.context.input_backlog
         async for events in stream.take_events(batch_size, within=wait):
+            await backlog.give_way()  # the input first (`worker.stream.input_backlog`)
             await run_to_completion(self.process_batch(list(events)))
 
     async def process_batch(self, events: list[EventT]) -> None:
