@@ -117,7 +117,7 @@ class ScoreStage:
             for partition in {event.message.partition for event in events}:
                 self._learn_fold_from(partition)
         sources = [source_position(event) for event in events]
-        self._observe_backlog(events)
+        self._observe_backlog(sources)
         careful, event_of = self._mark_batch(events, sources)
         batch = _Batch(events, event_of, careful, Contributions(self.folding, self.fold_from))
         # The next batch fills and begins while this one finishes (live traffic too: a
@@ -140,13 +140,12 @@ class ScoreStage:
         batch.marks_written = asyncio.ensure_future(self._flush_marks(list(event_of), event_of))
         return batch
 
-    def _observe_backlog(self, events: list[EventT]) -> None:
-        """Tell the input backlog how many records of each partition of the batch are
-        still waiting past it (the consumer's high watermark as last fetched)."""
+    def _observe_backlog(self, sources: list[input_records.SourcePosition]) -> None:
+        """Tell the input backlog how many records of each partition of a batch read at
+        `sources` still wait past it (the consumer's high watermark as last fetched)."""
         last: dict[TP, int] = {}
-        for event in events:
-            message = event.message
-            last[message.tp] = message.offset
+        for source in sources:
+            last[TP(source.topic, source.partition)] = source.offset
         consumer = self.app.consumer
         for tp, offset in last.items():
             try:
