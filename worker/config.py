@@ -196,8 +196,8 @@ class StreamSettings(Section):
     score_batches_in_hand: int = Field(default=3, ge=1)
     # The input first: while more input records than this wait for the score stage, the
     # session stage holds each of its micro-batches back until they are taken, for at
-    # most `input_backlog_hold` (None: never). At 2x the worker's alignment capacity the
-    # gate's delay went from 22-27 s to 4 s (worker/stream/input_backlog.py, README).
+    # most `input_backlog_hold` (None: never). At a fixed 2,176 alignment turns/s the
+    # gate's delay went from 21.9-70.7 s to 4.5-6.1 s (worker/stream/input_backlog.py).
     input_backlog: int | None = Field(default=1000, ge=0)
     input_backlog_hold: Duration = 1.0
     # Child processes that score SAFE and extraction cases under limits.scoring_deadline.
