@@ -92,11 +92,13 @@ def run_worker(args: argparse.Namespace) -> int:
     from worker.ops.startup import StartupStages, seconds_since_launch
     from worker.ops.topic_watch import install_topic_watch
     from worker.stream import ScorestreamApp
-    from worker.stream.faust_patches import check
+    from worker.stream.faust_patches import check, forbid_topic_auto_creation
 
     startup = StartupStages(launched=seconds_since_launch())
     with startup.stage("settings"):
         check()  # the Faust libraries its patches were tested with, before anything connects
+        # the worker's topics are created with their layout, never by asking about them
+        forbid_topic_auto_creation()
         settings = settings_for(args)
         broker = broker_of(settings)
     with startup.stage("topics"):

@@ -20,6 +20,9 @@ What each module fixes (upstream issue, where one was found):
   stage could not begin the next batch while one finishes (none found).
 - `table_start`: the consumer subscribes (asks to join its group) 1 s after the table
   manager starts, which sleeps before registering the tables (none found).
+- `no_auto_create`: a worker whose topics vanished re-created them with the broker's
+  default layout by asking for their metadata (none found); installed by the `worker`
+  command for its process.
 - `internals`: what the stages read of Faust's private state (related:
   faust-streaming/faust#497).
 
@@ -40,6 +43,7 @@ from worker.stream.faust_patches.compatibility import IncompatibleLibraries, che
 from worker.stream.faust_patches.eager_delivery import deliver_eagerly
 from worker.stream.faust_patches.fetch_wait import set_fetch_max_wait
 from worker.stream.faust_patches.lean_monitor import LeanMonitor
+from worker.stream.faust_patches.no_auto_create import forbid_topic_auto_creation
 from worker.stream.faust_patches.seek_guard import guard_seek
 from worker.stream.faust_patches.table_start import register_tables_at_once
 
@@ -75,4 +79,4 @@ def agent_topics(app: faust.App) -> set[str]:
     return {agent.channel.get_topic_name() for agent in app.agents.values()}
 
 
-__all__ = ["IncompatibleLibraries", "check", "install"]
+__all__ = ["IncompatibleLibraries", "check", "forbid_topic_auto_creation", "install"]

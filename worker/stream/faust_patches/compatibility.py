@@ -107,6 +107,14 @@ REQUIRED: tuple[Needs, ...] = (
     *_has("record_batches", "aiokafka.cluster.ClusterMetadata", "partitions_for_topic"),
     *_has("record_batches", "aiokafka.cluster.ClusterMetadata", "available_partitions_for_topic"),
     *_has("record_batches", "aiokafka.AIOKafkaProducer", "create_batch", "send_batch"),
+    # no_auto_create: replaces the `MetadataRequest` aiokafka's client builds requests from.
+    *_has("no_auto_create", "aiokafka.client", "MetadataRequest"),
+    *_uses("no_auto_create", "aiokafka.client.AIOKafkaClient._metadata_update", "MetadataRequest"),
+    *_uses(
+        "no_auto_create",
+        "aiokafka.protocol.metadata.MetadataRequest.build",
+        "_allow_auto_topic_creation",
+    ),
     # prompt_batches: fills its batches as `Stream.take_events` does, from the stream.
     *_has("prompt_batches", "faust.Stream", "add_processor", "_enable_passive"),
     *_uses("prompt_batches", "faust.streams.Stream.__init__", "_processors"),
