@@ -15,7 +15,7 @@ Patches: the `MetadataRequest` name in `aiokafka.client`, which `AIOKafkaClient`
 `_metadata_update` and `bootstrap` build their requests from, with one whose
 `allow_auto_topic_creation` defaults to false (brokers older than metadata v4 ignore it).
 Installed by the `worker` command for its whole process (`forbid_topic_auto_creation`);
-the start-up check looks for both names.
+the start-up check looks for both names and for the flag `build` reads.
 Upstream: no issue found (`AIOKafkaClient._metadata_update` builds
 `MetadataRequest(topics)`, whose flag defaults to true).
 """
