@@ -1,11 +1,13 @@
 """The worker's topics are reported gone only when two checks in a row miss them, never
-while the broker cannot be asked, and only while the worker is active."""
+while the broker cannot be asked, and only while the worker is active; the stop that
+follows ends the process by its deadline if it hangs."""
 
 from __future__ import annotations
 
 import asyncio
+import threading
 
-from worker.ops.topic_watch import TopicWatch, missing_topics, topic_check
+from worker.ops.topic_watch import StopDeadline, TopicWatch, missing_topics, topic_check
 
 
 def test_missing_topics_are_the_required_ones_not_listed_sorted() -> None:
@@ -54,3 +56,47 @@ async def test_a_broker_that_does_not_answer_in_time_gives_no_verdict() -> None:
     check = topic_check(watch, silent, lambda: True, gone.append, 0.05)
     await check()
     assert gone == []
+
+
+class Exits:
+    """What a `StopDeadline` did, in order, with an event set by its exit."""
+
+    def __init__(self, fail_before_exit: bool = False) -> None:
+        self.calls: list[str | int] = []
+        self.exited = threading.Event()
+        self.fail_before_exit = fail_before_exit
+
+    def before_exit(self) -> None:
+        self.calls.append("helpers stopped")
+        if self.fail_before_exit:
+            raise RuntimeError("a helper would not stop")
+
+    def exit(self, code: int) -> None:
+        self.calls.append(code)
+        self.exited.set()
+
+
+def test_a_stop_that_hangs_past_its_deadline_stops_the_helpers_then_exits_with_its_code() -> None:
+    exits = Exits()
+    deadline = StopDeadline(0.05, 3, exits.before_exit, exits.exit)
+    deadline.arm()
+    deadline.arm()  # a second report of the missing topics: still one deadline
+    assert exits.exited.wait(5)
+    assert exits.calls == ["helpers stopped", 3]
+
+
+def test_a_helper_that_fails_to_stop_does_not_keep_the_process_alive() -> None:
+    exits = Exits(fail_before_exit=True)
+    StopDeadline(0.01, 3, exits.before_exit, exits.exit).arm()
+    assert exits.exited.wait(5)
+    assert exits.calls == ["helpers stopped", 3]
+
+
+def test_a_stop_that_ends_in_time_exits_as_it_would_have() -> None:
+    exits = Exits()
+    deadline = StopDeadline(0.2, 3, exits.before_exit, exits.exit)
+    deadline.arm()
+    deadline.cancel()
+    assert not exits.exited.wait(0.5)
+    assert exits.calls == []
+    StopDeadline(0.01, 3, exits.before_exit, exits.exit).cancel()  # never armed: nothing to do

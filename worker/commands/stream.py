@@ -18,7 +18,7 @@ from topics.catalog import record_key, topic_names
 from topics.provision import bootstrap_servers, create_topics, group_members, list_topics
 from worker.config import ConfigError, Settings, load_settings
 from worker.demo.retime import MILLISECOND, event_seconds, retime, rfc3339
-from worker.exit_codes import UsageError
+from worker.exit_codes import EXIT_ERROR, UsageError
 from worker.ops.connection import BrokerUnavailable, within
 from worker.ops.kafka_security import aiokafka_options
 from worker.ops.logs import json_logging_config
@@ -90,7 +90,7 @@ def run_worker(args: argparse.Namespace) -> int:
     """Run the streaming worker until interrupted."""
     from worker.ops.lag import watch_worker
     from worker.ops.startup import StartupStages, seconds_since_launch
-    from worker.ops.topic_watch import install_topic_watch
+    from worker.ops.topic_watch import STOP_DEADLINE, StopDeadline, install_topic_watch
     from worker.stream import ScorestreamApp
     from worker.stream.faust_patches import check, forbid_topic_auto_creation
 
@@ -120,6 +120,12 @@ def run_worker(args: argparse.Namespace) -> int:
     watch_worker(scorer, settings)
     stopped_because: list[str] = []
 
+    def close_helpers() -> None:
+        scorer.telemetry.stop()
+        scorer.close()
+
+    deadline = StopDeadline(STOP_DEADLINE, EXIT_ERROR, close_helpers)
+
     def stop_without_topics(missing: list[str]) -> None:
         if not stopped_because:
             stopped_because.append(
@@ -128,6 +134,7 @@ def run_worker(args: argparse.Namespace) -> int:
                 "data): start the worker again to create them"
             )
             logging.getLogger("scorestream").error("stopping: %s", stopped_because[0])
+            deadline.arm()  # its commit may wait for records the missing topics never take
             signal.raise_signal(signal.SIGTERM)  # the graceful stop an operator's SIGTERM gets
 
     install_topic_watch(
@@ -152,8 +159,8 @@ def run_worker(args: argparse.Namespace) -> int:
             raise UsageError(scorer.preparation_error) from None
         raise
     finally:
-        scorer.telemetry.stop()
-        scorer.close()
+        deadline.cancel()
+        close_helpers()
     return 0
 
 

@@ -7,12 +7,20 @@ and every offset commit fails. Kafka Streams stops on a missing source topic; so
 scorestream: once the worker is ready it lists the broker's topics every few seconds, and
 when some of its own are missing in two checks in a row it logs which and stops with exit
 code 3. Its supervisor starts it again, and start-up creates the topics anew.
+
+That stop has a deadline (`StopDeadline`): a graceful stop commits, and a commit waits for
+the records in hand to reach their topics, which are gone (the worker never has the broker
+create a topic by asking about it, `faust_patches.no_auto_create`). Without it the worker
+would wait there for ever, with no supervisor told to start it again.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import sys
+import threading
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
@@ -25,6 +33,7 @@ from worker.ops.kafka_security import aiokafka_options
 log = logging.getLogger("scorestream")
 
 DEFAULT_INTERVAL = 5.0
+STOP_DEADLINE = 15.0  # seconds a stop for vanished topics may take before the worker exits
 
 
 def missing_topics(required: Iterable[str], present: Iterable[str]) -> list[str]:
@@ -97,6 +106,53 @@ def topic_check(
     return check
 
 
+class StopDeadline:
+    """Ends the process with `code` if a stop that began with `arm` has not ended it within
+    `seconds`: `before_exit` runs first (it stops what would outlive the process), then
+    `exit` (`os._exit`: the stop that hangs holds the event loop and Python's own exit)."""
+
+    def __init__(
+        self,
+        seconds: float,
+        code: int,
+        before_exit: Callable[[], None],
+        exit: Callable[[int], object] = os._exit,
+    ) -> None:
+        self.seconds = seconds
+        self.code = code
+        self._before_exit = before_exit
+        self._exit = exit
+        self._timer: threading.Timer | None = None
+
+    def arm(self) -> None:
+        """Start counting (once; arming again changes nothing)."""
+        if self._timer is None:
+            self._timer = threading.Timer(self.seconds, self._expire)
+            self._timer.daemon = True
+            self._timer.start()
+
+    def cancel(self) -> None:
+        """The stop ended in time."""
+        if self._timer is not None:
+            self._timer.cancel()
+
+    def _expire(self) -> None:
+        log.error(
+            "the stop did not end within %.0f s (records for the missing topics cannot be "
+            "delivered): exiting with code %d",
+            self.seconds,
+            self.code,
+        )
+        try:
+            self._before_exit()
+        except Exception:
+            log.exception("stopping the worker's helpers before the exit")
+        for handler in logging.getLogger().handlers + log.handlers:
+            handler.flush()
+        sys.stderr.flush()
+        self._exit(self.code)
+
+
 def install_topic_watch(
     app: Any,
     required: Iterable[str],
@@ -123,4 +179,12 @@ def install_topic_watch(
     app.timer(interval)(check)
 
 
-__all__ = ["BrokerTopics", "TopicWatch", "install_topic_watch", "missing_topics", "topic_check"]
+__all__ = [
+    "STOP_DEADLINE",
+    "BrokerTopics",
+    "StopDeadline",
+    "TopicWatch",
+    "install_topic_watch",
+    "missing_topics",
+    "topic_check",
+]
