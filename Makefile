@@ -46,20 +46,23 @@ demo: install
 # the broker fault tests in tests/test_health.py failed in two of three full runs (one
 # each; the cause of the second, a table recovery after a broker restart that never
 # finished, is not known), and with two they have passed every run.
+# --dist loadgroup: the tests that refit a model share one process (tests/conftest.py).
 TEST_WORKERS ?= 2
 test: install
-	PYTHONDONTWRITEBYTECODE= $(PY) -m pytest -q -n $(TEST_WORKERS)
+	PYTHONDONTWRITEBYTECODE= $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
 # The fast lane a change is checked with first, unit tests: no broker, no model, no
 # refitting, no command line run in its own process (`make test` runs all).
 test-fast: install
 	PYTHONDONTWRITEBYTECODE= $(PY) -m pytest -q -n 2 -m "not integration and not model and not build and not system"
 
-lint: install
+# lint and typecheck need the packages, not the fitted models: CI runs them while the
+# models build (`make -j2 install lint typecheck`).
+lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
-typecheck: install
+typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
 check: lint typecheck test
