@@ -181,20 +181,22 @@ async def test_with_three_in_hand_two_batches_are_begun_while_one_finishes() -> 
 
 async def test_live_batches_that_are_not_full_overlap_too() -> None:
     # Live traffic: batches end on their wait, not full; "cd" arrives while "ab" is
-    # being finished and is begun then, not after "ab" finished.
+    # being finished and is begun then, not after "ab" finished. (Real time: the margins
+    # are 0.1 s or more, which a busy machine's loop may take between two events; 0.02 s
+    # waits split "cd" in a full run of the suite.)
     stream = Stream()
-    stage = Recorder(stream, finish_seconds=0.3)
+    stage = Recorder(stream, finish_seconds=1.0)
     task = asyncio.ensure_future(
-        overlap_batches(take_held_batches(stream, 100, within=0.02), stage.begin, stage.finish)
+        overlap_batches(take_held_batches(stream, 100, within=0.1), stage.begin, stage.finish)
     )
     for value in "ab":
         stream.queue.put_nowait(value)
-    await asyncio.sleep(0.1)  # "ab" taken and finishing
+    await asyncio.sleep(0.3)  # "ab" taken at 0.1 s and finishing until 1.1 s
     for value in "cd":
         stream.queue.put_nowait(value)
-    await asyncio.sleep(0.1)
+    await asyncio.sleep(0.4)  # "cd" taken at 0.4 s
     assert stage.log == ["begin ab", "finishing ab (acked )", "begin cd"]
-    await asyncio.sleep(0.6)
+    await asyncio.sleep(2.0)  # "ab" finished at 1.1 s, "cd" at 2.1 s
     assert stage.log[-1] == "finished cd"
     assert stream.acked == list("abcd")
     stop(stream, task)

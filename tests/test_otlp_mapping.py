@@ -170,6 +170,18 @@ def test_a_text_over_the_limit_is_counted_not_sent() -> None:
         ("otlp_proto", b"\x0a" + b"\xff" * 64, INVALID_RECORD),
         ("otlp_proto", None, INVALID_RECORD),
     ],
+    # named: the proto messages carry random ids, and every test process must collect the
+    # same test names
+    ids=[
+        "proto-cut-short",
+        "json-on-a-proto-topic",
+        "proto-on-a-json-topic",
+        "json-bad-trace-id",
+        "json-spans-not-a-list",
+        "json-nested-5000-deep",
+        "proto-bad-varint",
+        "proto-no-value",
+    ],
 )
 def test_undecodable_messages_are_rejected_with_a_reason(
     encoding: str, raw: bytes | None, reason: str
