@@ -43,9 +43,9 @@ demo: install
 # (a machine that sets the variable rewrote every module in every run, ~6 s per worker)
 # Two test processes on two cores. Three would finish sooner (a third of the suite waits
 # on real clocks: measured 1,375 s of tests with two, 929 s with three), but with three
-# the broker fault tests in tests/test_health.py failed in two of three full runs (one
-# each; the cause of the second, a table recovery after a broker restart that never
-# finished, is not known), and with two they have passed every run.
+# the broker fault tests in tests/test_health.py failed in two of three full runs: one a
+# stop that hung (fixed since: topic_watch.StopDeadline), the other a table recovery after
+# a broker restart that never finished (cause not known); with two they have passed every run.
 # --dist loadgroup: the tests that refit a model share one process (tests/conftest.py).
 TEST_WORKERS ?= 2
 test: install
