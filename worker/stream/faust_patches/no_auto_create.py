@@ -11,6 +11,11 @@ on Tansu: Faust's one-partition leader topic came back with four). With this pat
 missing topic stays missing until the worker, on its next start, creates it with its
 configured layout (`topics.provision`).
 
+Its cost: records the worker holds for a missing topic are never delivered, and a commit
+waits for them (aiokafka's sender asks for metadata again at once, without a backoff).
+So the stop that follows vanished topics has a deadline (`worker.ops.topic_watch.
+StopDeadline`, 15 s), without which that stop hung for ever.
+
 Patches: the `MetadataRequest` name in `aiokafka.client`, which `AIOKafkaClient`'s
 `_metadata_update` and `bootstrap` build their requests from, with one whose
 `allow_auto_topic_creation` defaults to false (brokers older than metadata v4 ignore it).
