@@ -127,22 +127,22 @@ async def test_a_backlog_of_turns_is_read_before_the_session_stage_takes_its_sha
     scorer = worker.scorer
     begun = [0]  # input records the score stage began
     begun_when_sessions_started: list[int] = []
-    begin_batch, process_batch = scorer.scoring.begin_batch, scorer.session_stage.process_batch
+    begin_batch, begin_sessions = scorer.scoring.begin_batch, scorer.session_stage.begin_batch
 
     def counting_begin(events: list[Any]) -> Any:
         begun[0] += len(events)
         return begin_batch(events)
 
-    async def noting_process(events: list[Any]) -> None:
+    def noting_begin(events: list[Any]) -> Any:
         if not begun_when_sessions_started:
             begun_when_sessions_started.append(begun[0])
-        await process_batch(events)
+        return begin_sessions(events)
 
     # every turn scored for safety alone (quicker), as a worker far behind would
     stage = scorer.session_stage
     stage.timing = dataclasses.replace(stage.timing, max_lag=0.0)
     scorer.scoring.begin_batch = counting_begin  # type: ignore[method-assign]
-    scorer.session_stage.process_batch = noting_process  # type: ignore[method-assign]
+    scorer.session_stage.begin_batch = noting_begin  # type: ignore[method-assign]
     scorer.scoring_pool.start()
     async with worker, TopicReader(broker.bootstrap, topics.results) as reader:
         await reader.until(

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, MutableMapping, Sequence
+from collections.abc import AsyncIterator, Callable, MutableMapping, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -31,7 +31,9 @@ from worker.input.scored_records import Framed, FramedAnswer, ResultFrame
 from worker.input.unknown_fields import unknown_fields, with_unknown_fields
 from worker.ops.telemetry import EMBEDDING_SKIPPED_OVERLOAD
 from worker.scoring_pool import Case, Outcome
-from worker.stream.context import StreamContext, event_context, run_to_completion
+from worker.stream.context import StreamContext, event_context
+from worker.stream.faust_patches.held_batches import HeldBatch, take_held_batches
+from worker.stream.overlap import overlap_batches
 from worker.stream.publish import Contributions, OutputTooLarge, markers_of
 from worker.stream.scoring import observe, observe_all
 from worker.suites import registry
@@ -45,6 +47,8 @@ PROGRESS_PREFIX = "sess"  # progress["sess|{p}"]: the partition's watermark
 # Open sessions whose live state the stage keeps beside the table (`_state_of`).
 LIVE_SESSIONS = 4096
 EMBEDDING_CHUNK = 64  # texts per executor call (bench/stream.py: 1.25x the turns/s of 16)
+# Micro-batches in hand: one being applied, the next being encoded and scored.
+BATCHES_IN_HAND = 2
 
 
 @dataclass(frozen=True)
@@ -102,6 +106,8 @@ class SessionStage:
         # The live state of recently written open sessions, with the entry it was dumped
         # into, oldest first (`_state_of`).
         self._live: dict[str, tuple[dict[str, Any], Any]] = {}
+        # The encoding of the batch begun last (`begin_batch`): the next one waits for it.
+        self._encoding: asyncio.Future[None] | None = None
 
     def forget(self) -> None:
         """Drop cached watermarks and deadlines after a rebalance (the tables have them)."""
@@ -112,38 +118,81 @@ class SessionStage:
 
     # ---------------------------------------------------------------- batches
 
-    async def agent(self, stream: Any) -> None:  # faust.Stream: take_events
-        batch_size = self.settings.embedding_batch_size
-        wait = self.settings.embedding_batch_wait
+    async def agent(self, stream: Any) -> None:  # faust.Stream
+        """Micro-batches, overlapped (`overlap_batches`): the next batch is encoded and
+        scored while the one before is applied, so that neither the children nor this
+        stage waits for the other between batches."""
+        batches = take_held_batches(
+            stream,
+            self.settings.embedding_batch_size,
+            self.settings.embedding_batch_wait,
+            max_held=BATCHES_IN_HAND,
+        )
+        await overlap_batches(
+            self._giving_way(batches), self.begin_batch, self.finish_batch, BATCHES_IN_HAND
+        )
+
+    async def _giving_way(self, batches: AsyncIterator[HeldBatch]) -> AsyncIterator[HeldBatch]:
+        """Each batch once the input is not behind (`worker.stream.input_backlog`)."""
         backlog = self.context.input_backlog
-        async for events in stream.take_events(batch_size, within=wait):
-            await backlog.give_way()  # the input first (`worker.stream.input_backlog`)
-            await run_to_completion(self.process_batch(list(events)))
+        async for batch in batches:
+            await backlog.give_way()
+            yield batch
 
     async def process_batch(self, events: list[EventT]) -> None:
-        """Embed and apply a micro-batch in order, in chunks, pipelined: while the executor
-        encodes a chunk, the scoring children score the chunk before it, and this stage
-        applies and publishes the one before that. A turn more than
-        the suite's `max_lag` (`alignment.embedding.max_lag`) behind is not embedded
-        (`embedding_plan`): it is scored without its vector (safety alone), so safety keeps
-        pace with any input rate. The batch is acknowledged only after this returns, so
-        nothing is acked before it is applied."""
+        """Embed, score and apply a micro-batch in order (`begin_batch`, `finish_batch`)."""
+        await self.finish_batch(self.begin_batch(events))
+
+    def begin_batch(self, events: list[EventT]) -> _SessionBatch:
+        """Start embedding and scoring a micro-batch, in chunks (nothing is awaited, so
+        this may run while the batch before is applied). Chunk after chunk, in a task:
+        while the executor encodes a chunk, the scoring children score the chunk before
+        it. A turn more than the suite's `max_lag` (`alignment.embedding.max_lag`) behind
+        is not embedded (`embedding_plan`): it is scored without its vector (safety
+        alone), so safety keeps pace with any input rate. A batch's encoding starts once
+        the batch before it was encoded, so that the plan sees the encoder's queue."""
         items = []
         for event in events:
             try:
                 items.append((event, orjson.loads(event.value)))
             except orjson.JSONDecodeError:  # not written by a worker: nothing to score
                 log.error("skipping an undecodable session-stream record")
+        chunks = _chunks_by_texts(items, EMBEDDING_CHUNK, self._texts_of)
+        if self.active_since is None:
+            self.active_since = self.context.clock()
+        loop = asyncio.get_running_loop()
+        scored: list[asyncio.Future[_ScoredVectors]] = [loop.create_future() for _ in chunks]
+        self._encoding = asyncio.ensure_future(
+            self._encode_and_score(chunks, scored, self._encoding, self.active_since)
+        )
+        return _SessionBatch(events, chunks, scored)
+
+    async def finish_batch(self, batch: _SessionBatch) -> None:
+        """Apply and publish a begun batch's chunks in order, as the children score them,
+        then pass the watermarks it moved on. The batch is acknowledged only after this
+        returns, so nothing is acked before it is applied."""
+        for chunk, scoring in zip(batch.chunks, batch.scored, strict=True):
+            vectors, scored = await scoring
+            await self._apply_chunk(chunk, vectors, scored)
+        await self.forward_progress()
+
+    async def _encode_and_score(
+        self,
+        chunks: list[_Chunk],
+        scored: list[asyncio.Future[_ScoredVectors]],
+        before: asyncio.Future[None] | None,
+        active_since: float,
+    ) -> None:
+        """Encode `chunks` one after the other (the next while the children score one)
+        and hand each to the children; `scored[i]` gets chunk i's vectors and scoring, or
+        the failure that stopped it (the chunks after it get that failure too)."""
+        if before is not None:
+            await asyncio.wait([before])
         texts_of = self._texts_of
-        chunks = _chunks_by_texts(items, EMBEDDING_CHUNK, texts_of)
         loop = asyncio.get_running_loop()
         max_lag = self.timing.max_lag
 
-        if self.active_since is None:
-            self.active_since = self.context.clock()
-        active_since = self.active_since
-
-        def encode(chunk: list[tuple[EventT, dict[str, Any]]]) -> _ChunkVectors:
+        def encode(chunk: _Chunk) -> _ChunkVectors:
             """Start encoding the turns of `chunk` that are within `max_lag` now, counting
             a turn's wait from when this stage became active at the earliest (the time a
             worker spends starting, or taking over partitions, is not overload)."""
@@ -167,34 +216,34 @@ class SessionStage:
             future = loop.run_in_executor(self.executor, self._embed, chosen)
             return _ChunkVectors(plan, future)
 
-        pending = encode(chunks[0]) if chunks else None
-        previous: tuple[_Chunk, list[Any], asyncio.Future[_ScoredChunk]] | None = None
-        for position, chunk in enumerate(chunks):
-            assert pending is not None
-            vectors = await pending.vectors()
-            pending = encode(chunks[position + 1]) if position + 1 < len(chunks) else None
-            # the children score this chunk while the chunk before is applied here: the
-            # task runs up to handing the chunk to them now (applying a chunk may never
-            # suspend, and the children would wait for it to end)
-            scoring = asyncio.ensure_future(self._score_turns(chunk, vectors))
-            await asyncio.sleep(0)
-            if previous is not None:
-                await self._apply_chunk(*previous)
-            previous = (chunk, vectors, scoring)
-        if previous is not None:
-            await self._apply_chunk(*previous)
-        await self.forward_progress()
+        position = 0
+        try:
+            pending = encode(chunks[0]) if chunks else None
+            for position, chunk in enumerate(chunks):
+                assert pending is not None
+                vectors = await pending.vectors()
+                pending = encode(chunks[position + 1]) if position + 1 < len(chunks) else None
+                # hand the chunk to the children before the next encoding is awaited
+                scoring = asyncio.ensure_future(self._score_turns(chunk, vectors))
+                scoring.add_done_callback(_passing_on(scored[position], vectors))
+                await asyncio.sleep(0)
+        except Exception as exc:
+            for future in scored[position:]:
+                if not future.done():
+                    future.set_exception(exc)
+        except BaseException:  # cancelled: so are the chunks still to come
+            for future in scored[position:]:
+                future.cancel()
+            raise
 
-    async def _apply_chunk(
-        self, chunk: _Chunk, vectors: list[Any], scoring: asyncio.Future[_ScoredChunk]
-    ) -> None:
+    async def _apply_chunk(self, chunk: _Chunk, vectors: list[Any], scored: _ScoredChunk) -> None:
         """Apply a chunk's messages in order, once the children scored its turns; the turn
         results leave together at the end (one record batch per partition), before any
         marker the batch forwards (a replayed turn publishes its result again)."""
-        contexts, scored = await scoring
+        contexts, outcomes = scored
         self._results = Contributions()
         try:
-            await self._apply_messages(chunk, contexts, vectors, scored)
+            await self._apply_messages(chunk, contexts, vectors, outcomes)
         finally:
             results, self._results = self._results, None
             try:
@@ -663,6 +712,36 @@ _Chunk = list[tuple[EventT, dict[str, Any]]]  # consecutive messages of a micro-
 # A chunk's scoring: each message's context (`SessionStage._context_of`), and each
 # text's outcome
 _ScoredChunk = tuple[list["TurnContext | Exception | None"], list[Outcome]]
+_ScoredVectors = tuple[list[Any], _ScoredChunk]  # a chunk's vectors, and its scoring
+
+
+@dataclass(frozen=True)
+class _SessionBatch:
+    """A begun micro-batch: its events, their chunks, and each chunk's vectors and
+    scoring to come."""
+
+    events: list[EventT]
+    chunks: list[_Chunk]
+    scored: list[asyncio.Future[_ScoredVectors]]
+    alone: bool = False  # the next batch may begin while this one is applied
+
+
+def _passing_on(
+    target: asyncio.Future[_ScoredVectors], vectors: list[Any]
+) -> Callable[[asyncio.Future[_ScoredChunk]], None]:
+    """A done-callback that passes a chunk's scoring, with its vectors, on to `target`."""
+
+    def pass_on(scoring: asyncio.Future[_ScoredChunk]) -> None:
+        if target.done():
+            return
+        if scoring.cancelled():
+            target.cancel()
+        elif (failure := scoring.exception()) is not None:
+            target.set_exception(failure)
+        else:
+            target.set_result((vectors, scoring.result()))
+
+    return pass_on
 
 
 def _chunks_by_texts(
