@@ -303,6 +303,50 @@ async def test_sessions_agent_scores_turns_and_closes_on_final(harness: Harness)
     assert sessions[0]["grade"] in {"A", "B", "C", "D", "F"}
 
 
+async def test_session_batches_overlap_and_sessions_across_them_count_every_turn() -> None:
+    # The session stage begins (encodes, hands to the children) the next micro-batch while
+    # it applies the one before; turns are applied in order all the same, so a session
+    # whose turns span several batches counts each of them once.
+    harness = Harness(embedding_batch_size=2)
+    try:
+        stage = harness.scorer.session_stage
+        begin_batch, finish_batch = stage.begin_batch, stage.finish_batch
+        applying = [0]  # batches being applied now
+        begun_while_applying = [0]
+
+        def begin(events: list[Any]) -> Any:
+            begun_while_applying[0] += applying[0] > 0
+            return begin_batch(events)
+
+        async def finish(batch: Any) -> None:
+            applying[0] += 1
+            try:
+                await finish_batch(batch)
+            finally:
+                applying[0] -= 1
+
+        stage.begin_batch = begin  # type: ignore[method-assign]
+        stage.finish_batch = finish  # type: ignore[method-assign]
+        sessions = ["sa", "sb", "sc"]
+        turns = [
+            turn(session, index, "tunetide", f"Turn {index} of your mix is ready.", index == 3)
+            for index in range(4)
+            for session in sessions
+        ]
+        await harness.through_sessions(turns)
+        results = harness.to(harness.scorer.settings.topics.results)
+    finally:
+        harness.scorer.close()
+    assert begun_while_applying[0] > 0
+    keys = [key for key, value in results if value["kind"] == "turn"]
+    assert keys == [f"alignment:{s}-{i}" for i in range(4) for s in sessions]  # in order
+    for session in sessions:
+        (closed,) = [v for k, v in results if k == f"alignment:session:{session}"]
+        assert closed["counts"]["turns"] == 4
+        position = [k for k, _ in results].index(f"alignment:session:{session}")
+        assert [k for k, _ in results[:position]].count(f"alignment:{session}-3") == 1
+
+
 async def test_a_turn_of_another_persona_is_a_dead_letter_and_the_session_goes_on(
     harness: Harness,
 ) -> None:
