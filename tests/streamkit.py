@@ -72,6 +72,23 @@ def write_config(path: Path, config: dict[str, Any]) -> Path:
     return path
 
 
+def tunetide_turn(session: int, turn: int, text: str, final: bool) -> dict[str, Any]:
+    """An alignment envelope: turn `turn` of session `s{session}` of the tunetide persona,
+    model m1, with id `s{session}:{turn}`."""
+    return {
+        "id": f"s{session}:{turn}",
+        "suite": "alignment",
+        "model": "m1",
+        "payload": {
+            "session_id": f"s{session}",
+            "turn_index": turn,
+            "persona_id": "tunetide",
+            "text": text,
+            "final": final,
+        },
+    }
+
+
 def envelopes(path: Path) -> list[dict[str, Any]]:
     return [orjson.loads(line) for line in path.read_bytes().splitlines() if line.strip()]
 

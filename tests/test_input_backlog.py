@@ -22,6 +22,7 @@ from tests.streamkit import (
     provision,
     retime,
     settings_of,
+    tunetide_turn,
 )
 from worker.ops.broker import EmbeddedBroker
 from worker.stream.input_backlog import InputBacklog
@@ -89,18 +90,12 @@ SCORE_BATCH = 100
 
 def turns() -> list[dict[str, Any]]:
     return [
-        {
-            "id": f"s{session}:{turn}",
-            "suite": "alignment",
-            "model": "m1",
-            "payload": {
-                "session_id": f"s{session}",
-                "turn_index": turn,
-                "persona_id": "tunetide",
-                "text": f"Your mix number {session} is queued up and ready to play.",
-                "final": turn == TURNS - 1,
-            },
-        }
+        tunetide_turn(
+            session,
+            turn,
+            f"Your mix number {session} is queued up and ready to play.",
+            final=turn == TURNS - 1,
+        )
         for session in range(SESSIONS)
         for turn in range(TURNS)
     ]

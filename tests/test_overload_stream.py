@@ -20,6 +20,7 @@ from tests.streamkit import (
     provision,
     retime,
     settings_of,
+    tunetide_turn,
 )
 from tests.test_early_gates import GATE
 from worker.ops.broker import EmbeddedBroker
@@ -60,20 +61,7 @@ def sessions() -> list[dict[str, Any]]:
         unsafe = session % 2 == 1
         for turn in range(TURNS):
             text = UNSAFE if unsafe else BENIGN[(session + turn) % len(BENIGN)]
-            records.append(
-                {
-                    "id": f"s{session}:{turn}",
-                    "suite": "alignment",
-                    "model": "m1",
-                    "payload": {
-                        "session_id": f"s{session}",
-                        "turn_index": turn,
-                        "persona_id": "tunetide",
-                        "text": text,
-                        "final": turn == TURNS - 1,
-                    },
-                }
-            )
+            records.append(tunetide_turn(session, turn, text, final=turn == TURNS - 1))
     return records
 
 

@@ -19,6 +19,7 @@ from tests.streamkit import (
     provision,
     retime,
     settings_of,
+    tunetide_turn,
     write_config,
 )
 from worker.ops.broker import EmbeddedBroker
@@ -31,18 +32,12 @@ TURNS = 4
 
 def turns() -> list[dict[str, Any]]:
     return [
-        {
-            "id": f"s{session}:{turn}",
-            "suite": "alignment",
-            "model": "m1",
-            "payload": {
-                "session_id": f"s{session}",
-                "turn_index": turn,
-                "persona_id": "tunetide",
-                "text": f"Your mix number {session} is queued up, turn {turn} of it.",
-                "final": turn == TURNS - 1,
-            },
-        }
+        tunetide_turn(
+            session,
+            turn,
+            f"Your mix number {session} is queued up, turn {turn} of it.",
+            final=turn == TURNS - 1,
+        )
         for turn in range(TURNS)  # each session's turns far apart: many batches span it
         for session in range(SESSIONS)
     ]
