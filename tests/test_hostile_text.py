@@ -16,7 +16,13 @@ from hypothesis import strategies as st
 
 from worker.suites import literal_prefilter, substrings
 from worker.suites.alignment import traits
-from worker.suites.alignment.negation import _CLAUSE_BREAK, NegationScope, clause_break_ends
+from worker.suites.alignment.negation import (
+    _CLAUSE_BREAK,
+    REGEX_BREAK_CHARS,
+    NegationScope,
+    clause_break_ends,
+    scanned_break_ends,
+)
 from worker.suites.alignment.safety_files import load_safety_patterns
 from worker.suites.alignment.scripts import WORD_CHARACTER
 from worker.suites.literal_prefilter import (
@@ -720,8 +726,14 @@ _BREAK_PIECES = st.sampled_from(
 @PROPERTY
 @given(st.lists(_BREAK_PIECES, max_size=30).map("".join))
 def test_clause_breaks_are_the_regex_matches(text: str) -> None:
-    # A text without a break character or turn word is not scanned; any other is.
-    assert clause_break_ends(text) == [hit.end() for hit in _CLAUSE_BREAK.finditer(text)]
+    # A text without a break character or turn word is not scanned; any other is. A short
+    # one is read by the regex itself; the scan that reads a long one is checked on it too.
+    expected = [hit.end() for hit in _CLAUSE_BREAK.finditer(text)]
+    assert clause_break_ends(text) == expected
+    assert scanned_break_ends(text) == expected
+    long = "x " * REGEX_BREAK_CHARS + text  # past the regex's bound: scanned
+    shift = 2 * REGEX_BREAK_CHARS
+    assert clause_break_ends(long) == [shift + end for end in expected]
 
 
 def test_anchors_read_words_across_whitespace_alternatives_and_optional_parts() -> None:
