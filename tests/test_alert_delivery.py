@@ -18,7 +18,6 @@ import threading
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -200,13 +199,6 @@ class Monitoring:
                 process.wait(5)
 
 
-@pytest.fixture
-def webhook() -> Iterator[Webhook]:
-    hook = Webhook()
-    yield hook
-    hook.close()
-
-
 # ---------------------------------------------------------------- the traffic
 
 
@@ -341,9 +333,41 @@ def config_for_test() -> dict[str, Any]:
 # ---------------------------------------------------------------- the tests
 
 
-async def test_a_live_safety_drop_is_one_page_that_resolves_once(
-    broker: EmbeddedBroker, tmp_path: Path, webhook: Webhook
+async def test_a_safety_drop_live_or_replayed_from_history_is_one_page_that_resolves_once(
+    broker: EmbeddedBroker, tmp_path: Path
 ) -> None:
+    """Both cases side by side, each with its own worker, Prometheus, Alertmanager and
+    webhook on the one broker (their topics and app ids are their own): most of each
+    case's two and a half minutes is the rules' own waiting, so together they take one
+    case's time. A failure names its case."""
+    cases = {
+        "live": (live_drop, tmp_path / "live"),
+        "replayed": (replayed_drop, tmp_path / "replayed"),
+    }
+    failures: dict[str, BaseException] = {}
+
+    async def run(name: str) -> None:
+        scenario, folder = cases[name]
+        folder.mkdir()
+        webhook = Webhook()
+        try:
+            await scenario(broker, folder, webhook)
+        except Exception as exc:
+            failures[name] = exc
+        finally:
+            webhook.close()
+
+    await asyncio.gather(*(run(name) for name in cases))
+    if failures:
+        named = "; ".join(f"{name}: {exc!r}" for name, exc in failures.items())
+        raise AssertionError(f"the {' and '.join(failures)} case failed: {named}") from next(
+            iter(failures.values())
+        )
+
+
+async def live_drop(broker: EmbeddedBroker, tmp_path: Path, webhook: Webhook) -> None:
+    """Live traffic, one window after the other: safe, unsafe (the drop), safe. One page,
+    one resolution; its drill-down, run as it stands, lists the unsafe sessions' cases."""
     config = config_for_test()
     settings = settings_of(config)
     await provision(settings, broker.url)
@@ -352,7 +376,6 @@ async def test_a_live_safety_drop_is_one_page_that_resolves_once(
     worker = None
     try:
         worker = await start_worker(tmp_path, broker, config)
-        # Live traffic, one window after the other: safe, unsafe (the drop), safe.
         for tag, sessions in (("a", SAFE), ("b", UNSAFE), ("c", SAFE)):
             start = window_start(datetime.now(UTC))
             lines = as_lines(window_of(sessions, tag, start))
@@ -364,12 +387,12 @@ async def test_a_live_safety_drop_is_one_page_that_resolves_once(
         mine = [e for e in events if e["segment"] == {"model": MODEL}]
         assert [e["state"] for e in mine] == ["firing", "resolved"]
         (tmp_path / "page.json").write_text(json.dumps(firing, indent=2), encoding="utf-8")
-        # The page's drill-down, run as it stands, lists the unsafe sessions' cases.
         [alert] = firing["alerts"]
         command = alert["annotations"]["drilldown"].split()
         assert command[0] == "scorestream"
         flags = ["--broker", broker.url, "--config", str(tmp_path / "config.yaml")]
-        done = subprocess.run(
+        done = await asyncio.to_thread(
+            subprocess.run,
             [sys.executable, "-m", "worker", *command[1:], *flags, "--format", "json"],
             capture_output=True,
             check=False,
@@ -386,9 +409,7 @@ async def test_a_live_safety_drop_is_one_page_that_resolves_once(
             worker.stop()
 
 
-async def test_a_drop_replayed_from_an_hour_of_history_is_one_page_that_resolves_once(
-    broker: EmbeddedBroker, tmp_path: Path, webhook: Webhook
-) -> None:
+async def replayed_drop(broker: EmbeddedBroker, tmp_path: Path, webhook: Webhook) -> None:
     """An hour of event time read in seconds: the gate fires and resolves long before the
     next scrape, so only its transitions counter shows it to Prometheus."""
     config = config_for_test()
