@@ -94,7 +94,12 @@ def result_facts(value: bytes) -> ResultFacts:
     in a scoring child; trusted, so not validated again): the same values as
     `result_from_json(value)` has for these fields (`tests/test_result_json.py`, for
     arbitrary results)."""
-    data: dict[str, Any] = orjson.loads(value)
+    return facts_from_data(orjson.loads(value))
+
+
+def facts_from_data(data: dict[str, Any]) -> ResultFacts:
+    """`result_facts` of a result already parsed from its JSON (an item of an aggregate
+    input's `results`, which this worker wrote)."""
     source = data.get("source")
     return ResultFacts(
         id=data["id"],
@@ -116,4 +121,11 @@ def result_facts(value: bytes) -> ResultFacts:
     )
 
 
-__all__ = ["ResultFacts", "ResultView", "SourceFacts", "SourceView", "result_facts"]
+__all__ = [
+    "ResultFacts",
+    "ResultView",
+    "SourceFacts",
+    "SourceView",
+    "facts_from_data",
+    "result_facts",
+]

@@ -4,9 +4,8 @@ clock and the publisher, plus the Faust helpers they need."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -86,16 +85,14 @@ class StreamContext:
         return datetime.fromtimestamp(self.clock(), UTC)
 
 
-@contextlib.contextmanager
-def event_context(event: EventT) -> Iterator[None]:
+def event_context(event: EventT) -> current_event:
     """Make `event` Faust's current event, so table writes go to its partition.
 
     Inside a `take_events` micro-batch Faust's current event is the batch's last one,
     which may belong to another partition; table changelog writes must follow the event
     that caused them.
     """
-    with current_event(event):
-        yield
+    return current_event(event)
 
 
 def source_position(event: EventT) -> SourcePosition:

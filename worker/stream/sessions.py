@@ -610,7 +610,8 @@ class SessionStage:
         scored = await self.hooks.score_session(state, self.judge)
         if at_cap:
             scored = replace(scored, details={**scored.details, "closed_by": "session_state_bytes"})
-        result = input_records.build_result(
+        # written by orjson, as a scoring child writes a turn's (no `CaseResult` built)
+        value = input_records.case_result_json(
             case_id=f"session:{self.hooks.state_session_id(state)}",
             suite=self.suite,
             kind="session",
@@ -622,12 +623,12 @@ class SessionStage:
             source=None,
             scored_at=self.context.now(),
         )
+        result = result_facts(value)
         try:
             # with the chunk's turn results, after them (its tombstone is written after
             # them too: `_write_sessions`)
-            await self.publisher.result(result, batch=self._results)
+            await self.publisher.result(result, batch=self._results, value=value)
         except OutputTooLarge as exc:
-            value = result.model_dump_json().encode("utf-8")
             await self.publisher.output_too_large(value, exc, str(exc), self.context.now())
             return
         observe(self.context, result, time.perf_counter() - started)

@@ -28,7 +28,7 @@ from worker import aggregation
 from worker.aggregation.finals import final_messages, pack_windows
 from worker.gates.early import EarlyWindows, Pace, as_provisional, provisional_aggregate
 from worker.gates.evaluator import GateEvaluator, applies_to, gate_key, gated_metrics
-from worker.input.records import result_from_data
+from worker.input.result_facts import facts_from_data
 from worker.stats import DEFAULT_RESERVOIR_SIZE
 from worker.stream.context import StreamContext, event_context, gate_windows, run_to_completion
 from worker.stream.faust_patches.prompt_batches import take_batches
@@ -185,7 +185,7 @@ class WindowStage:
         for index, item in enumerate(data.get("results") or [data["result"]], 1):
             if index % YIELD_EVERY == 0:  # a long record: let the score stage in meanwhile
                 await asyncio.sleep(0)
-            result = result_from_data(item)
+            result = facts_from_data(item)  # written by a worker: not validated again
             admission = self.store.add(partition, result, data["segment"])
             if admission.late and data["segment"] == {}:  # once per result, not per segment
                 self.context.telemetry.record_late(result.suite)

@@ -57,9 +57,9 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from schemas.outputs import CaseResult
 from worker import aggregation
 from worker.aggregation import dedupe
+from worker.input.result_facts import ResultView
 from worker.suites.base import State, SuiteAggregator
 from worker.windowing import pane_folds
 from worker.windowing.event_time import Marker, StageProgress, Watermark
@@ -193,7 +193,7 @@ class WindowStore:
 
     # ---------------------------------------------------------------- admission
 
-    def add(self, partition: int, result: CaseResult, segment: Mapping[str, str]) -> Admission:
+    def add(self, partition: int, result: ResultView, segment: Mapping[str, str]) -> Admission:
         """Count `result` into the pane of each window configuration for `segment`."""
         event_time = result.ts.timestamp()
         segkey = aggregation.segment_key(segment)
