@@ -268,17 +268,6 @@ def result_from_json(value: bytes) -> CaseResult:
         return _unvalidated(orjson.loads(value))
 
 
-def result_from_data(data: dict[str, Any]) -> CaseResult:
-    """`result_from_json` of a result already parsed from its JSON (an item of an
-    aggregate input's `results`): the same model (`tests/test_result_json.py`), by
-    pydantic's lax validation of the parsed values (strict validation takes no time as a
-    string; lax is also quicker than three `model_construct`s in Python)."""
-    try:
-        return CaseResult.model_validate(data, strict=False)
-    except ValidationError:
-        return _unvalidated(data)
-
-
 def _unvalidated(data: dict[str, Any]) -> CaseResult:
     source = data.get("source")
     return CaseResult.model_construct(
@@ -455,7 +444,6 @@ __all__ = [
     "dead_letter",
     "decode_record",
     "describe_validation_error",
-    "result_from_data",
     "result_from_json",
     "result_key",
     "usable_event_time",
