@@ -171,6 +171,7 @@ def test_word_stats_counted_with_numpy_are_the_word_regex(text: str) -> None:
     expected = (len(words), len(alphabetic), sum(map(len, alphabetic)))
     assert cue_counts.word_stats_counts(text) == expected
     assert traits.word_stats(text) == traits.WordStats(*expected)
+    assert traits.word_count(text) == len(words)
     # past the regex's bound the numpy count is what a turn gets
     long = (text + " ") * (traits.REGEX_WORDS_CHARS // (len(text) + 1) + 1)
     words = traits.words_of(long)
@@ -179,6 +180,7 @@ def test_word_stats_counted_with_numpy_are_the_word_regex(text: str) -> None:
     assert traits.word_stats(long) == traits.WordStats(
         len(words), len(alphabetic), sum(map(len, alphabetic))
     )
+    assert traits.word_count(long) == len(words)
 
 
 _UNIT_NEEDS = re.compile(r"\d\s?[smgkx%]", re.IGNORECASE)

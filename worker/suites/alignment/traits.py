@@ -264,7 +264,11 @@ def word_stats(text: str) -> WordStats:
 
 
 def word_count(text: str) -> int:
-    return word_stats(text).words
+    """The number of words of `text` (`word_stats(text).words`, without the rest of them:
+    a turn scored for safety alone needs only its count)."""
+    if len(text) > REGEX_WORDS_CHARS:
+        return word_stats(text).words
+    return len(_WORD.findall(text))
 
 
 @dataclass(frozen=True)
