@@ -7,8 +7,12 @@ can take them (the overload scenario of `bench/stream.py`, also runnable alone).
 Capacity is the worker's own (issue 45): the turns/s a fresh worker reaches catching up
 on a backlog of `--capacity-turns` benign turns with every turn sampled out of embedding
 (the session stage's `max_lag` at 0, as in `bench/stream.py`: keywords, language and
-classifier, session bookkeeping, results), from its first turn result to its last,
-measured first in each round on this machine as loaded now. The encoder's own rate
+classifier, session bookkeeping, results), from the moment it is ready (joined, its
+partitions assigned) to its last turn result, measured first in each round on this
+machine as loaded now. Not from its first turn result: that left out the seconds the
+score stage reads the backlog while the session stage gives way (`stream.input_backlog`),
+work every turn needs, and put the capacity 1.2-1.35x above the rate the worker sustains
+(so "2x" was 2.5-2.7x); both figures are printed. The encoder's own rate
 (batched `encode`, 64 texts a call as the session stage does) is printed beside it, as
 the capacity the bench used before. Then, for each input rate (0.5x and 2x that
 capacity) and each setting of `max_lag` (`2s`, the default: turns past it are scored for
@@ -150,11 +154,21 @@ async def start_worker(
     return scorer
 
 
-async def catch_up_capacity(broker: EmbeddedBroker, suites: ScoringSuites, turns: int) -> float:
-    """Turns/s of a fresh worker catching up on `turns` benign turns produced before it
-    starts, every turn sampled out of embedding (the session stage's `max_lag` at 0, as
-    `bench/stream.py`'s alignment-sampled row): from its first turn result read back (in
-    a process of its own, as in the scenario) to its last."""
+@dataclass
+class Capacity:
+    """A fresh worker's catch-up on a backlog: turns/s from the moment it was ready to its
+    last turn result (the capacity), and from its first turn result to its last (how the
+    bench measured it before: without the backlog's reading)."""
+
+    rate: float
+    from_first_result: float
+
+
+async def catch_up_capacity(broker: EmbeddedBroker, suites: ScoringSuites, turns: int) -> Capacity:
+    """The catch-up of a fresh worker on `turns` benign turns produced before it starts,
+    every turn sampled out of embedding (the session stage's `max_lag` at 0, as
+    `bench/stream.py`'s alignment-sampled row), its turn results read back in a process
+    of its own, as in the scenario."""
     tag = f"cap{time.time_ns()}"
     settings = scenario_settings(tag, MODES["max_lag 2s"])
     await create_topics(broker.url, topic_names(settings.topics), PARTITIONS)
@@ -180,6 +194,7 @@ async def catch_up_capacity(broker: EmbeddedBroker, suites: ScoringSuites, turns
     try:
         await reader.ready()
         scorer = await start_worker(broker, suites, settings)
+        ready = time.time()
         try:
             with embedding_sampled_out(scorer):  # max_lag 0: as a worker far behind
                 counted = await reader.result()
@@ -190,7 +205,10 @@ async def catch_up_capacity(broker: EmbeddedBroker, suites: ScoringSuites, turns
         reader.stop()
     if counted["seen"] < turns:
         raise RuntimeError(f"the capacity worker scored {counted['seen']} of {turns} turns in time")
-    return turns / (counted["last"] - counted["first"])
+    return Capacity(
+        rate=turns / (counted["last"] - ready),
+        from_first_result=turns / (counted["last"] - counted["first"]),
+    )
 
 
 async def scenario(
@@ -293,7 +311,8 @@ async def overload(
     texts = [text for _, text in benign_replies()] * 8
     figures: dict[tuple[str, float], list[Outcome]] = {}
     modes = [mode for mode in MODES if with_null or MODES[mode] is not None]
-    capacities = []
+    capacities: list[float] = []
+    from_first: list[float] = []
     encoder_rates = []
     own = broker is None
     broker = broker or EmbeddedBroker()
@@ -302,12 +321,15 @@ async def overload(
     try:
         for round_index in range(rounds):
             encoder_rates.append(encoder_capacity(suites, texts))
-            capacity = await catch_up_capacity(broker, suites, capacity_turns)
+            measured = await catch_up_capacity(broker, suites, capacity_turns)
+            capacity = measured.rate
             capacities.append(capacity)
+            from_first.append(measured.from_first_result)
             rates = {factor: factor * capacity for factor in FACTORS}
             print(
                 f"overload round {round_index + 1}/{rounds}: the worker's capacity "
-                f"{capacity:.0f} turns/s (encoder alone {encoder_rates[-1]:.0f})",
+                f"{capacity:.0f} turns/s (from its first result {measured.from_first_result:.0f};"
+                f" encoder alone {encoder_rates[-1]:.0f})",
                 flush=True,
             )
             for mode in modes:
@@ -320,8 +342,9 @@ async def overload(
     print(
         f"\noverload: gate delay after a {BURST:g} s unsafe burst (burst end -> firing event "
         f"read back; {WINDOW:g} s windows, grace {GRACE:g} s, {lead:g} s of load before the "
-        f"burst); the worker's capacity (catch-up, embedding sampled out) "
-        f"{spread(capacities, 0)} turns/s, the encoder alone {spread(encoder_rates, 0)}; "
+        f"burst); the worker's capacity (catch-up from ready, embedding sampled out) "
+        f"{spread(capacities, 0)} turns/s (from its first result {spread(from_first, 0)}), "
+        f"the encoder alone {spread(encoder_rates, 0)}; "
         f"{rounds} rounds, min / median / max"
     )
     header = f"{'max_lag':<14}{'rate':>6}{'gate delay s':>26}{'sampled out':>22}"
