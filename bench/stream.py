@@ -21,8 +21,9 @@ measured right before and right after the worker and averaged (the machine is sh
 
 - alignment-sampled: the same kind of alignment turns with every turn sampled out of
   embedding (the session stage's `max_lag` set to 0 for this row): how fast a worker that
-  is behind catches up, scored for safety alone; baseline: the safe row of the same round,
-  the worker's SAFE results/s (target: at least 0.5x, issue 45).
+  is behind catches up, scored for safety alone; baseline: the worker's SAFE results/s
+  in the same round, the mean of the safe row and of a SAFE row run again right after
+  this one (target: at least 0.5x, issue 45).
 - otlp: the same kind of alignment turns written as GenAI chat spans, 50 to a message as
   the Collector's Kafka exporter batches them (`produce --as-otlp`), to the worker's
   `sources.otlp` topic; baseline: the alignment row of the same round, the envelope path
@@ -95,7 +96,7 @@ OTLP_TOPIC = "bench-otlp-spans"
 # Rows whose baseline is another row of the same round: (its suite, how it is printed)
 ROW_BASELINES = {
     "otlp": ("alignment", "envelope path (row above)"),
-    "alignment-sampled": ("safe", "SAFE results/s (safe row)"),
+    "alignment-sampled": ("safe", "SAFE rows before+after"),
 }
 SPANS_PER_MESSAGE = 50
 CLASSIFIER_SHARE_TARGET = 0.08  # of the worker's time per alignment turn
@@ -879,14 +880,21 @@ async def measure(
                 continue
             print(f"  worker: {suite} x {counts[suite]} ...", flush=True)
             data = make_records("alignment", counts[suite], f"{suite[0]}{now:.3f}", now)
+            base_rate = base_rows[0]["worker"].throughput
             if suite == "otlp":
                 run = await otlp_run(scorer, bootstrap, data)
             else:
                 with embedding_sampled_out(scorer):
                     run = await worker_run(scorer, bootstrap, "alignment", data, 120)
+                # the SAFE row once more, right after: the baseline is the mean of the two
+                # (this shared machine's speed changes between rows, as for the others)
+                print(f"  worker again: {base_suite} x {counts[base_suite]} ...", flush=True)
+                again = make_records(base_suite, counts[base_suite], f"g{now:.3f}", now)
+                after = await worker_run(scorer, bootstrap, base_suite, again)
+                base_rate = (base_rate + after.throughput) / 2
             rows.append(
                 {"suite": suite, "worker": run, "baseline": label}
-                | {"baseline_rate": base_rows[0]["worker"].throughput, "baseline_run": None}
+                | {"baseline_rate": base_rate, "baseline_run": None}
             )
             continue
         data = make_records(suite, counts[suite], f"w{now:.3f}", now)
