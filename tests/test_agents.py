@@ -38,6 +38,7 @@ class Harness:
         self.sent: list[tuple[str, str, Any]] = []
         self.scorer.publisher.send = self._record  # type: ignore[method-assign]
         self.scorer.publisher.send_records = self._record_all  # type: ignore[method-assign]
+        self.scorer.publisher.key_partitions = self._one_partition  # type: ignore[method-assign]
         # records each stage has finished with (their scoring runs in child processes)
         self.processed = {"score": 0, "sessions": 0}
         for name, stage in (
@@ -86,9 +87,14 @@ class Harness:
         text = key.decode() if isinstance(key, bytes) else key
         self.sent.append((topic.get_topic_name(), text, orjson.loads(value)))
 
-    async def _record_all(self, topic: Any, records: list[tuple[bytes, bytes]]) -> None:
+    async def _record_all(
+        self, topic: Any, records: list[tuple[bytes, bytes]], partitions: Any = None
+    ) -> None:
         for key, value in records:
             await self._record(topic, key, value)
+
+    async def _one_partition(self, topic: Any, keys: list[bytes]) -> list[int]:
+        return [0] * len(keys)  # one sessions agent reads them all
 
     def agent(self, name: str) -> Any:
         return self.scorer.app.agents[name]
@@ -308,6 +314,9 @@ async def test_session_batches_overlap_and_sessions_across_them_count_every_turn
     # it applies the one before; turns are applied in order all the same, so a session
     # whose turns span several batches counts each of them once.
     harness = Harness(embedding_batch_size=2)
+    # three session messages a record: four records (three turns each) of this one
+    # score batch, each a micro-batch of the session stage (at least its batch size)
+    harness.scorer.publisher.bundle_messages = 3
     try:
         stage = harness.scorer.session_stage
         begin_batch, finish_batch = stage.begin_batch, stage.finish_batch

@@ -79,9 +79,18 @@ class RecordingPublisher(Publisher):
         raw = key.encode() if isinstance(key, str) else key
         self.log.append(Sent(topic.get_topic_name(), raw, value, partition))
 
-    async def send_records(self, topic: Any, records: Sequence[tuple[bytes, bytes]]) -> None:
-        for key, value in records:
-            self.log.append(Sent(topic.get_topic_name(), key, value, None))
+    async def send_records(
+        self,
+        topic: Any,
+        records: Sequence[tuple[bytes, bytes]],
+        partitions: Sequence[int] | None = None,
+    ) -> None:
+        for index, (key, value) in enumerate(records):
+            partition = None if partitions is None else partitions[index]
+            self.log.append(Sent(topic.get_topic_name(), key, value, partition))
+
+    async def key_partitions(self, topic: Any, keys: Sequence[bytes]) -> list[int]:
+        return [0] * len(keys)  # the internal topics have one partition here
 
 
 class Consumer:

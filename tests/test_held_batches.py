@@ -57,6 +57,26 @@ async def test_a_held_batch_is_acknowledged_only_by_its_holder_while_the_next_fi
     stop(stream)
 
 
+async def test_a_weighted_event_fills_a_batch_by_its_weight() -> None:
+    # a bundle of several session messages counts for each of them towards the batch size
+    stream = Stream()
+    weights = {"bundle-of-3": 3, "bundle-of-2": 2}
+    batches = take_held_batches(
+        stream, 4, within=5.0, weight=lambda event: weights.get(event.value, 1)
+    )
+    for value in ("bundle-of-3", "one", "bundle-of-2", "bundle-of-2", "one"):
+        stream.queue.put_nowait(value)
+    first = await anext(batches)
+    assert [e.value for e in first.events] == ["bundle-of-3", "one"]  # 4: full
+    first.let_next_fill()
+    await first.acknowledge()
+    second = await anext(batches)
+    assert [e.value for e in second.events] == ["bundle-of-2", "bundle-of-2"]
+    await second.acknowledge()
+    await batches.aclose()
+    stop(stream)
+
+
 async def test_a_batch_that_is_not_full_comes_after_its_wait() -> None:
     stream = Stream()
     batches = take_held_batches(stream, 100, within=0.1)

@@ -24,6 +24,7 @@ from tests.streamkit import (
     settings_of,
     tunetide_turn,
 )
+from worker.input.scored_records import bundled_messages, session_messages
 from worker.ops.broker import EmbeddedBroker
 from worker.stream.input_backlog import InputBacklog
 
@@ -139,7 +140,8 @@ async def test_a_backlog_of_turns_is_read_before_the_session_stage_takes_its_sha
     scorer.scoring.begin_batch = counting_begin  # type: ignore[method-assign]
     scorer.session_stage.begin_batch = noting_begin  # type: ignore[method-assign]
     scorer.scoring_pool.start()
-    async with worker, TopicReader(broker.bootstrap, topics.results) as reader:
+    turns_topic = f"{settings.app_id}-alignment-turns"
+    async with worker, TopicReader(broker.bootstrap, topics.results, turns_topic) as reader:
         await reader.until(
             lambda r: len(r.values(topics.results)) >= len(records) + SESSIONS,
             timeout=120,
@@ -152,4 +154,16 @@ async def test_a_backlog_of_turns_is_read_before_the_session_stage_takes_its_sha
     assert 0 < held < 60
     results = reader.values(topics.results)
     assert len({v["id"] for v in results if v["kind"] == "turn"}) == len(records)
+    # The turns went to the session stage bundled: far fewer Kafka records than turns,
+    # each turn in exactly one of them.
+    forwarded = [
+        message["record"]["id"]
+        for _, value in reader.records[turns_topic]
+        for message in session_messages(value)
+        if "record" in message
+    ]
+    assert sorted(forwarded) == sorted(record["id"] for record in records)
+    in_bundles = [bundled_messages(key) for key, _ in reader.records[turns_topic]]
+    assert sum(count for count in in_bundles if count > 1) * 4 > len(records) * 3
+    assert len(reader.records[turns_topic]) * 4 < len(records)
     assert len({v["id"] for v in results if v["kind"] == "session"}) == SESSIONS

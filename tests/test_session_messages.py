@@ -20,9 +20,12 @@ from worker.input.rejections import UNKNOWN_PERSONA, Rejected
 from worker.input.scored_records import (
     NOT_A_CASE,
     SessionRecord,
+    bundled_messages,
     judge_samples,
     score_record,
+    session_bundle,
     session_message,
+    session_messages,
 )
 from worker.suites.alignment.streaming import (
     ALIGNMENT_EARLY,
@@ -141,3 +144,27 @@ def test_the_early_sample_is_judged_with_the_record() -> None:
 def test_without_a_forwarder_the_stage_decodes_the_record_itself() -> None:
     settings = load_settings(None, overrides={"early_gates": {"sample": 0.0}}, environ={})
     assert score_record(task(TURN, time.time()), settings, {}, {}) == NOT_A_CASE
+
+
+_MESSAGES = st.lists(
+    st.dictionaries(
+        st.text(max_size=5), st.integers(-(2**40), 2**40) | st.text(max_size=8), max_size=3
+    ),
+    min_size=1,
+    max_size=40,
+)
+
+
+@given(_MESSAGES)
+def test_a_bundle_reads_back_as_its_messages_in_order(messages: list[dict[str, Any]]) -> None:
+    key, value = session_bundle([orjson.dumps(message) for message in messages])
+    assert bundled_messages(key) == len(messages)
+    assert session_messages(orjson.loads(value)) == messages
+
+
+def test_a_record_that_is_not_a_bundle_is_one_message() -> None:
+    for key in (b"session-7", None, b"bundle:", b"bundle:x", b"bundle:0"):
+        assert bundled_messages(key) == 1
+    marker = {"markers": [[0, 1.5]]}
+    assert session_messages(marker) == [marker]
+    assert session_messages([1, 2]) == [[1, 2]]  # not a worker's: the stage reports it

@@ -23,9 +23,10 @@ from worker import aggregation
 from worker.config import Settings
 from worker.input import records as input_records
 from worker.input.result_facts import ResultView
+from worker.input.scored_records import session_bundle
 from worker.ops.telemetry import Telemetry
 from worker.stream.faust_patches.internals import kafka_producer
-from worker.stream.faust_patches.record_batches import send_batches
+from worker.stream.faust_patches.record_batches import key_partitions, send_batches
 from worker.suites.base import Scored, SuiteAggregator
 from worker.windowing.event_time import Marker, markers_in, markers_value
 from worker.windowing.pane_folds import PaneFold
@@ -189,6 +190,10 @@ class OutputTooLarge(Exception):
 # Bytes a record needs besides its key and value (record and batch headers), so a record
 # that passes the check is also accepted by the producer.
 RECORD_OVERHEAD = 512
+# Session messages a record of the session stream bundles at most (`_forward_bundled`), and
+# the bytes a bundle adds besides its messages (its key, `{"bundle":[…]}`, the commas).
+BUNDLE_MESSAGES = 32
+BUNDLE_FRAME = 64 + BUNDLE_MESSAGES
 # A one-result contribution besides the segment and the result: `{"segment":…,"results":[…]}`
 CONTRIBUTION_OVERHEAD = len(b'{"segment":,"results":[]}')
 SEGMENT_CACHE_SIZE = 4096  # distinct (suite, segment) entries kept; then it starts over
@@ -203,6 +208,8 @@ def markers_of(data: dict[str, Any]) -> list[Marker]:
 class Publisher:
     """Produces the worker's messages (`send` and, for a batch's results, `send_records`
     are the only places that touch Kafka)."""
+
+    bundle_messages = BUNDLE_MESSAGES  # session messages a record bundles at most
 
     def __init__(self, topics: StreamTopics, settings: Settings, telemetry: Telemetry) -> None:
         self.topics = topics
@@ -232,11 +239,22 @@ class Publisher:
         producer = topic.app.producer
         return await producer.send(topic.get_topic_name(), raw_key, value, partition, None, None)
 
-    async def send_records(self, topic: TopicT, records: Sequence[tuple[bytes, bytes]]) -> None:
+    async def send_records(
+        self,
+        topic: TopicT,
+        records: Sequence[tuple[bytes, bytes]],
+        partitions: Sequence[int] | None = None,
+    ) -> None:
         """Produce records already checked with `check_size`, in order, as one record
-        batch per partition (`record_batches`)."""
+        batch per partition (`record_batches`): each to its key's partition, or to
+        `partitions[i]` when given."""
         producer = kafka_producer(topic.app.producer)
-        await send_batches(producer, topic.get_topic_name(), records)
+        await send_batches(producer, topic.get_topic_name(), records, partitions)
+
+    async def key_partitions(self, topic: TopicT, keys: Sequence[bytes]) -> list[int]:
+        """The partition of `topic` each key goes to (the producer's partitioner)."""
+        producer = kafka_producer(topic.app.producer)
+        return await key_partitions(producer, topic.get_topic_name(), keys)
 
     async def result(
         self,
@@ -304,8 +322,27 @@ class Publisher:
             await self.send_records(self.topics.results, batch.results)
             batch.results.clear()
         if batch.forwarded:
-            await self.send_records(self.topics.turns, batch.forwarded)
+            await self._forward_bundled(batch.forwarded)
             batch.forwarded.clear()
+
+    async def _forward_bundled(self, forwarded: Sequence[tuple[bytes, bytes]]) -> None:
+        """Send a micro-batch's session messages (session key, message) to the session
+        stage: those of one partition (their sessions' keys') bundled, up to
+        `bundle_messages` a record and within `limits.max_output_bytes`, in order; a
+        message alone goes as it is, keyed by its session."""
+        topic = self.topics.turns
+        partitions = await self.key_partitions(topic, [key for key, _ in forwarded])
+        by_partition: dict[int, list[tuple[bytes, bytes]]] = {}
+        for partition, message in zip(partitions, forwarded, strict=True):
+            by_partition.setdefault(partition, []).append(message)
+        room = self.settings.limits.max_output_bytes - RECORD_OVERHEAD - BUNDLE_FRAME
+        records: list[tuple[bytes, bytes]] = []
+        targets: list[int] = []
+        for partition, messages in by_partition.items():
+            for run in _runs(messages, self.bundle_messages, room):
+                records.append(run[0] if len(run) == 1 else session_bundle([v for _, v in run]))
+                targets.append(partition)
+        await self.send_records(topic, records, targets)
 
     async def contribute(self, batch: Contributions) -> None:
         """Send a micro-batch's results (one record batch per partition), then its
@@ -419,3 +456,20 @@ class Publisher:
             source.offset,
             message,
         )
+
+
+def _runs(
+    messages: Sequence[tuple[bytes, bytes]], most: int, room: int
+) -> list[Sequence[tuple[bytes, bytes]]]:
+    """Consecutive runs of `messages` ((key, value) each) of at most `most` messages whose
+    values total at most `room` bytes (a longer one alone), covering them all in order."""
+    runs: list[Sequence[tuple[bytes, bytes]]] = []
+    start, used = 0, 0
+    for index, (_, value) in enumerate(messages):
+        if index > start and (index - start >= most or used + len(value) > room):
+            runs.append(messages[start:index])
+            start, used = index, 0
+        used += len(value)
+    if start < len(messages):
+        runs.append(messages[start:])
+    return runs

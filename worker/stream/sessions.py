@@ -27,7 +27,13 @@ from faust.types import EventT
 
 from worker.input import records as input_records
 from worker.input.result_facts import ResultView, result_facts
-from worker.input.scored_records import Framed, FramedAnswer, ResultFrame
+from worker.input.scored_records import (
+    Framed,
+    FramedAnswer,
+    ResultFrame,
+    bundled_messages,
+    session_messages,
+)
 from worker.input.unknown_fields import unknown_fields, with_unknown_fields
 from worker.ops.telemetry import EMBEDDING_SKIPPED_OVERLOAD
 from worker.scoring_pool import Case, Outcome
@@ -127,6 +133,7 @@ class SessionStage:
             self.settings.embedding_batch_size,
             self.settings.embedding_batch_wait,
             max_held=BATCHES_IN_HAND,
+            weight=lambda event: bundled_messages(event.key),  # a bundle, its messages
         )
         await overlap_batches(
             self._giving_way(batches), self.begin_batch, self.finish_batch, BATCHES_IN_HAND
@@ -151,12 +158,14 @@ class SessionStage:
         is not embedded (`embedding_plan`): it is scored without its vector (safety
         alone), so safety keeps pace with any input rate. A batch's encoding starts once
         the batch before it was encoded, so that the plan sees the encoder's queue."""
-        items = []
+        items: _Chunk = []
         for event in events:
             try:
-                items.append((event, orjson.loads(event.value)))
+                data = orjson.loads(event.value)
             except orjson.JSONDecodeError:  # not written by a worker: nothing to score
                 log.error("skipping an undecodable session-stream record")
+                continue
+            items.extend((event, message) for message in session_messages(data))
         chunks = _chunks_by_texts(items, EMBEDDING_CHUNK, self._texts_of)
         if self.active_since is None:
             self.active_since = self.context.clock()

@@ -78,11 +78,15 @@ async def take_held_batches(
     max_held: int = 2,
     clock: Callable[[], float] = time.monotonic,
     settle: float = SETTLE,
+    weight: Callable[[EventT], int] | None = None,
 ) -> AsyncIterator[HeldBatch]:
     """Batches of at most `max_size` events of a Faust stream, handed over when full or
     `within` seconds (by `clock`) after the first of them reached the stage, each
-    acknowledged by its holder; at most `max_held` unacknowledged at a time."""
+    acknowledged by its holder; at most `max_held` unacknowledged at a time. `weight`:
+    what an event counts for towards `max_size` (one each when None; a batch is full
+    from the event that takes it to `max_size` on)."""
     events: list[EventT] = []
+    size = 0  # the events' weight
     arrived: float | None = None  # when the first event not handed over reached the stage
     full = asyncio.Event()  # the buffer holds `max_size` events
     room = asyncio.Event()  # the buffer is below `max_size`
@@ -93,7 +97,7 @@ async def take_held_batches(
     held: list[HeldBatch] = []
 
     async def collect(value: Any) -> Any:
-        nonlocal arrived
+        nonlocal arrived, size
         if arrived is None:
             arrived = clock()
         while any(batch.exclusive for batch in held):
@@ -103,7 +107,8 @@ async def take_held_batches(
         if event is None:
             raise RuntimeError("a stream value without its event")
         events.append(event)
-        if len(events) >= max_size:
+        size += 1 if weight is None else weight(event)
+        if size >= max_size:
             full.set()
             room.clear()
             await stream.wait(room)
@@ -125,6 +130,7 @@ async def take_held_batches(
                     continue
                 batch = HeldBatch(stream, list(events), released, filling)
                 events.clear()
+                size = 0
                 arrived = None
                 full.clear()
                 room.set()

@@ -22,20 +22,20 @@ from collections.abc import Sequence
 from typing import Any
 
 
-async def send_batches(producer: Any, topic: str, records: Sequence[tuple[bytes, bytes]]) -> None:
-    """Produce `(key, value)` records to `topic` through a started `AIOKafkaProducer`."""
+async def send_batches(
+    producer: Any,
+    topic: str,
+    records: Sequence[tuple[bytes, bytes]],
+    partitions: Sequence[int] | None = None,
+) -> None:
+    """Produce `(key, value)` records to `topic` through a started `AIOKafkaProducer`,
+    each to the partition of its key, or to `partitions[i]` when given."""
     if not records:
         return
-    await producer.partitions_for(topic)  # the topic's metadata, for the partitioner
-    # The partitioner's arguments once per call, not per record (what `_partition` does
-    # for each record: two lists from the metadata, then the producer's partitioner).
-    metadata = producer._metadata
-    all_partitions = list(metadata.partitions_for_topic(topic))
-    available = list(metadata.available_partitions_for_topic(topic))
-    partitioner = producer._partitioner
+    if partitions is None:
+        partitions = await key_partitions(producer, topic, [key for key, _ in records])
     builders: dict[int, Any] = {}
-    for key, value in records:
-        partition = partitioner(key, all_partitions, available)
+    for (key, value), partition in zip(records, partitions, strict=True):
         builder = builders.get(partition)
         if builder is None:
             builder = builders[partition] = producer.create_batch()
@@ -47,4 +47,16 @@ async def send_batches(producer: Any, topic: str, records: Sequence[tuple[bytes,
         await producer.send_batch(builder, topic, partition=partition)
 
 
-__all__ = ["send_batches"]
+async def key_partitions(producer: Any, topic: str, keys: Sequence[bytes]) -> list[int]:
+    """The partition of `topic` the producer's partitioner gives each key."""
+    await producer.partitions_for(topic)  # the topic's metadata, for the partitioner
+    # The partitioner's arguments once per call, not per record (what `_partition` does
+    # for each record: two lists from the metadata, then the producer's partitioner).
+    metadata = producer._metadata
+    all_partitions = list(metadata.partitions_for_topic(topic))
+    available = list(metadata.available_partitions_for_topic(topic))
+    partitioner = producer._partitioner
+    return [partitioner(key, all_partitions, available) for key in keys]
+
+
+__all__ = ["key_partitions", "send_batches"]
