@@ -993,7 +993,7 @@ def summary(rounds: list[list[dict[str, Any]]]) -> bool:
                 f"safety classifier share {spread(shares, 3)} "
                 f"(<= {CLASSIFIER_SHARE_TARGET}: {'yes' if met else 'NO'})"
             )
-        print(f"{suite:<11}" + "; ".join(parts))
+        print(f"{suite:<11} " + "; ".join(parts))
     return passed
 
 
